@@ -1,0 +1,34 @@
+"""Test-wide settings: strict routing, fresh routing state, the gpu marker."""
+
+import os
+
+# Strict before anything routes: a fallback in a test is a failure, not a quiet pass.
+os.environ.setdefault("TRITONFORGE_STRICT", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import tritonforge  # noqa: E402,F401  (first, so the interpreter flag precedes import triton)
+from tritonforge import runtime  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_routing_state():
+    runtime.reset_routing_state()
+    yield
+    runtime.reset_routing_state()
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/gpu_check.sh on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def device() -> str:
+    """Where Triton kernels run here: cuda on a GPU machine, cpu (interpreter) otherwise."""
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,34 @@
+"""tritonforge: fused Triton kernels for LLM inference, built chapter by chapter in the book.
+
+Import tritonforge *before* triton: on a machine without a CUDA GPU it switches Triton's CPU
+interpreter on (``TRITON_INTERPRET=1``), which only works if it happens before ``import triton``.
+"""
+
+from tritonforge import _triton  # noqa: F401  (first: decides TRITON_INTERPRET, imports triton)
+from tritonforge.axpy import axpy
+from tritonforge.colab import REPOSITORY_URL
+from tritonforge.runtime import (
+    FallbackError,
+    FallbackWarning,
+    Route,
+    environment,
+    is_strict,
+    last_path,
+    last_route,
+    strict,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "axpy",
+    "environment",
+    "last_path",
+    "last_route",
+    "strict",
+    "is_strict",
+    "Route",
+    "FallbackError",
+    "FallbackWarning",
+    "REPOSITORY_URL",
+]

@@ -1,0 +1,383 @@
+"""Execution paths, routing, input checks and the environment report.
+
+Every op in tritonforge runs on one of three paths, decided per call:
+
+=============  ==========================================================================
+``triton``     the compiled Triton kernel, on CUDA tensors
+``interpreter`` the same kernel run by Triton's CPU interpreter (``TRITON_INTERPRET=1``)
+``torch``      the op's PyTorch reference (a fallback, never silent)
+=============  ==========================================================================
+
+:func:`dispatch` makes the decision with four checks, in this order:
+
+1. **Triton importable** — otherwise ``torch`` (reason ``triton-missing``);
+2. **a device Triton can run on** — CUDA tensors with the compiler, or any tensors with the
+   interpreter switched on; otherwise ``torch`` (reason ``device``);
+3. **inputs the kernel supports** — the op's own ``supports`` check (e.g. bf16 needs compute
+   capability 8.0); otherwise ``torch`` (reason ``unsupported``);
+4. **the kernel compiles and launches** — an exception from the kernel is caught; ``torch``
+   (reason ``kernel-error``).
+
+A fallback warns once per op and reason (:class:`FallbackWarning`) and is recorded:
+:func:`last_path` and :func:`last_route` say what served the latest call. With
+``TRITONFORGE_STRICT=1`` in the environment (or inside ``with strict():``) every fallback
+raises :class:`FallbackError` instead; the test suite runs strict so that a broken kernel cannot
+hide behind the reference.
+
+Bad input is not a fallback: the ``check_*`` helpers raise ``TypeError``/``ValueError`` naming
+the argument before any routing happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import platform
+import threading
+import warnings
+from typing import Callable, Iterator, Optional, Sequence
+
+import torch
+
+from tritonforge import _triton
+
+PATHS = ("triton", "interpreter", "torch")
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class FallbackWarning(UserWarning):
+    """An op ran its PyTorch reference instead of its Triton kernel."""
+
+
+class FallbackError(RuntimeError):
+    """Raised instead of falling back when strict routing is on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """Which path served a call, and why when it was a fallback."""
+
+    op: str
+    path: str  # one of PATHS
+    reason: Optional[str] = None  # None | "triton-missing" | "device" | "unsupported" | "kernel-error"
+    detail: Optional[str] = None  # a sentence for humans
+
+
+# ----------------------------------------------------------------------------------------------
+# Strict mode, the record of the last route, and the once-only warnings
+# ----------------------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_last_routes: dict[str, Route] = {}
+_warned: set[tuple[str, str]] = set()
+_strict_override: list[bool] = []  # a stack, so that strict()/strict(False) nest
+
+
+def is_strict() -> bool:
+    """True when every fallback must raise (``TRITONFORGE_STRICT=1`` or inside ``strict()``)."""
+    if _strict_override:
+        return _strict_override[-1]
+    return os.environ.get("TRITONFORGE_STRICT", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+@contextlib.contextmanager
+def strict(enabled: bool = True) -> Iterator[None]:
+    """Turn strict routing on (or off) inside a ``with`` block."""
+    _strict_override.append(enabled)
+    try:
+        yield
+    finally:
+        _strict_override.pop()
+
+
+def last_route(op: str) -> Route:
+    """The :class:`Route` of the most recent call of ``op`` (raises ``KeyError`` if none yet)."""
+    with _lock:
+        if op not in _last_routes:
+            raise KeyError(f"op {op!r} has not been called yet in this process")
+        return _last_routes[op]
+
+
+def last_path(op: str) -> str:
+    """``"triton"``, ``"interpreter"`` or ``"torch"``: the path that served the last call of ``op``."""
+    return last_route(op).path
+
+
+def reset_routing_state() -> None:
+    """Forget recorded routes and which warnings were shown (tests use this)."""
+    with _lock:
+        _last_routes.clear()
+        _warned.clear()
+
+
+def _record(route: Route) -> None:
+    with _lock:
+        _last_routes[route.op] = route
+
+
+def _fall_back(route: Route, cause: Optional[BaseException] = None) -> None:
+    """Record a fallback; raise if strict, else warn once per (op, reason)."""
+    message = f"tritonforge.{route.op}: using the PyTorch reference ({route.reason}): {route.detail}"
+    if is_strict():
+        raise FallbackError(message + "  [strict routing: TRITONFORGE_STRICT=1]") from cause
+    _record(route)
+    key = (route.op, route.reason or "")
+    with _lock:
+        first = key not in _warned
+        _warned.add(key)
+    if first:
+        warnings.warn(message, FallbackWarning, stacklevel=4)
+
+
+# ----------------------------------------------------------------------------------------------
+# The four checks
+# ----------------------------------------------------------------------------------------------
+
+
+def triton_available() -> bool:
+    """Check 1: Triton imported (tests monkeypatch this to inject a missing Triton)."""
+    return _triton.HAVE_TRITON
+
+
+def interpreting() -> bool:
+    """Whether Triton kernels run in the CPU interpreter (decided when Triton was imported)."""
+    return _triton.INTERPRETING
+
+
+def device_capability(device: torch.device) -> Optional[tuple[int, int]]:
+    """Compute capability of a CUDA device, or None for anything else."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_capability(device)
+
+
+def supports_bf16(device: torch.device) -> bool:
+    """bf16 kernels need compute capability >= 8.0.
+
+    ``torch.cuda.is_bf16_supported()`` answers True on a T4 (sm_75) because PyTorch emulates
+    bf16 there; Triton cannot compile bf16 for sm_75, so we ask for the capability instead.
+    On CPU the interpreter handles bf16 as long as kernels upcast after ``tl.load``.
+    """
+    cap = device_capability(device)
+    return cap is None or cap >= (8, 0)
+
+
+def _device_route(op: str, device: torch.device) -> Optional[Route]:
+    """Check 2: the path the device allows, or a fallback Route."""
+    if interpreting():
+        return Route(op, "interpreter")
+    if device.type == "cuda":
+        return Route(op, "triton")
+    return Route(
+        op,
+        "torch",
+        "device",
+        f"tensors are on {device.type}; compiled Triton kernels need CUDA tensors "
+        "(on a machine without a GPU, import tritonforge before triton so that it can switch "
+        "the interpreter on, or set TRITON_INTERPRET=1)",
+    )
+
+
+def choose_route(op: str, device: torch.device, unsupported: Optional[str] = None) -> Route:
+    """Checks 1-3: decide the path for a call without running anything."""
+    if not triton_available():
+        return Route(op, "torch", "triton-missing", f"Triton is not importable ({_triton.TRITON_IMPORT_ERROR})")
+    route = _device_route(op, device)
+    if route.path == "torch":
+        return route
+    if unsupported:
+        return Route(op, "torch", "unsupported", unsupported)
+    return route
+
+
+def dispatch(
+    op: str,
+    *,
+    device: torch.device,
+    kernel: Callable[[], object],
+    reference: Callable[[], object],
+    unsupported: Optional[str] = None,
+):
+    """Run ``kernel()`` on the Triton path if the four checks allow it, else ``reference()``.
+
+    Args:
+        op: the op's public name, the key for :func:`last_path`.
+        device: the device of the (already validated) inputs.
+        kernel: zero-argument callable that launches the Triton kernel(s) and returns the result.
+        reference: zero-argument callable that computes the same result with PyTorch.
+        unsupported: ``None`` if the kernel supports these inputs, else a sentence saying why not
+            (check 3). Ops compute it with their own small ``_unsupported(...)`` function.
+    """
+    route = choose_route(op, device, unsupported)
+    if route.path == "torch":
+        _fall_back(route)
+        return reference()
+    try:
+        out = kernel()  # check 4: compile and launch errors surface here
+    except Exception as exc:  # noqa: BLE001 - any kernel failure is a routing event, never silent
+        _fall_back(Route(op, "torch", "kernel-error", f"{type(exc).__name__}: {exc}"), cause=exc)
+        return reference()
+    _record(route)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Input checks: bad input is an error naming the argument, never a fallback
+# ----------------------------------------------------------------------------------------------
+
+
+def check_tensor(
+    name: str,
+    value: object,
+    *,
+    dtypes: Sequence[torch.dtype] = FLOAT_DTYPES,
+    ndim_min: int = 0,
+) -> torch.Tensor:
+    """Raise ``TypeError`` unless ``value`` is a tensor of one of ``dtypes``; return it."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if value.dtype not in dtypes:
+        allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} has dtype {str(value.dtype).replace('torch.', '')}; expected one of: {allowed}")
+    if value.dim() < ndim_min:
+        raise ValueError(f"{name} must have at least {ndim_min} dimension(s), got shape {tuple(value.shape)}")
+    return value
+
+
+def check_same_device(**tensors: torch.Tensor) -> torch.device:
+    """Raise ``ValueError`` unless all tensors live on one device; return that device."""
+    items = list(tensors.items())
+    first_name, first = items[0]
+    for name, t in items[1:]:
+        if t.device != first.device:
+            raise ValueError(f"{name} is on {t.device} but {first_name} is on {first.device}; move them to one device")
+    return first.device
+
+
+def check_same_dtype(**tensors: torch.Tensor) -> torch.dtype:
+    """Raise ``TypeError`` unless all tensors share a dtype; return it."""
+    items = list(tensors.items())
+    first_name, first = items[0]
+    for name, t in items[1:]:
+        if t.dtype != first.dtype:
+            raise TypeError(
+                f"{name} has dtype {str(t.dtype).replace('torch.', '')} but {first_name} has "
+                f"{str(first.dtype).replace('torch.', '')}; cast one of them"
+            )
+    return first.dtype
+
+
+def check_same_shape(**tensors: torch.Tensor) -> torch.Size:
+    """Raise ``ValueError`` unless all tensors share a shape; return it."""
+    items = list(tensors.items())
+    first_name, first = items[0]
+    for name, t in items[1:]:
+        if t.shape != first.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} but {first_name} has shape {tuple(first.shape)}")
+    return first.shape
+
+
+def bf16_unsupported(dtype: torch.dtype, device: torch.device) -> Optional[str]:
+    """The shared check-3 sentence for bf16 on a GPU older than Ampere (None when fine)."""
+    if dtype == torch.bfloat16 and not supports_bf16(device):
+        major, minor = device_capability(device)  # type: ignore[misc]
+        return f"bfloat16 needs compute capability >= 8.0 and this GPU is sm_{major}{minor}; use float16"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# The environment report: the first cell of every chapter
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """What this machine will run: see :func:`environment`."""
+
+    path: str
+    device: str
+    compute_capability: Optional[str]
+    bf16: bool
+    default_dtype: torch.dtype
+    torch_version: str
+    triton_version: Optional[str]
+    python_version: str
+    strict: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def device_type(self) -> str:
+        """``"cuda"`` on the triton path, else ``"cpu"``: where a chapter puts its tensors."""
+        return "cuda" if self.path == "triton" else "cpu"
+
+    def rows(self) -> list[tuple[str, str]]:
+        return [
+            ("execution path", self.path),
+            ("device", self.device),
+            ("compute capability", self.compute_capability or "-"),
+            ("bf16 kernels", "yes" if self.bf16 else "no"),
+            ("default dtype", str(self.default_dtype).replace("torch.", "")),
+            ("torch", self.torch_version),
+            ("triton", self.triton_version or "not installed"),
+            ("python", self.python_version),
+            ("strict routing", "on" if self.strict else "off"),
+        ] + [("note", n) for n in self.notes]
+
+    def __str__(self) -> str:
+        width = max(len(k) for k, _ in self.rows())
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in self.rows())
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>" for k, v in self.rows())
+        return f"<table>{body}</table>"
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython's plain-text display
+        printer.text(str(self))
+
+
+def environment() -> Environment:
+    """Report the path kernels will take here, the device, its capability and dtypes.
+
+    Call it in a notebook's first cell: a reader sees at once whether this run compiles Triton
+    kernels for a GPU, interprets them on the CPU, or falls back to PyTorch.
+    """
+    notes: list[str] = []
+    triton_version = getattr(_triton.triton, "__version__", None) if _triton.HAVE_TRITON else None
+    if torch.cuda.is_available() and not interpreting():
+        dev = torch.device("cuda")
+        major, minor = torch.cuda.get_device_capability(dev)
+        bf16 = (major, minor) >= (8, 0)
+        device = torch.cuda.get_device_name(dev)
+        cap = f"{major}.{minor} (sm_{major}{minor})"
+        default = torch.bfloat16 if bf16 else torch.float16
+        if not bf16:
+            notes.append("no bf16 on this GPU (Triton needs sm_80+): chapters use float16")
+        if (major, minor) < (8, 0):
+            notes.append("pre-Ampere GPU: Triton supports it unofficially; tl.dot runs without tensor cores")
+    else:
+        device = f"cpu ({platform.processor() or platform.machine()})"
+        # The interpreter handles bf16 as long as kernels upcast after tl.load (they all do);
+        # float32 stays the default on CPU because it is what a reader can check by hand.
+        cap, bf16, default = None, True, torch.float32
+    route = choose_route("environment", torch.device("cuda" if cap else "cpu"))
+    path = route.path
+    if path == "torch":
+        notes.append(f"kernels fall back to PyTorch here: {route.detail}")
+    if path == "interpreter":
+        notes.append("Triton kernels run in the CPU interpreter: correct but slow; keep sizes small")
+    if _triton.TRITON_ALREADY_IMPORTED and path == "interpreter":
+        notes.append("triton was imported before tritonforge: restart and import tritonforge first")
+    return Environment(
+        path=path,
+        device=device,
+        compute_capability=cap,
+        bf16=bf16,
+        default_dtype=default,
+        torch_version=torch.__version__,
+        triton_version=triton_version,
+        python_version=platform.python_version(),
+        strict=is_strict(),
+        notes=tuple(notes),
+    )
