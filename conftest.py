@@ -1,4 +1,5 @@
-"""Test-wide settings: strict routing, fresh routing state, the gpu marker."""
+"""Test-wide settings (unit tests and nbval notebooks): strict routing, fresh routing state,
+the gpu marker. The environment variable is inherited by the notebook kernels nbval starts."""
 
 import os
 
