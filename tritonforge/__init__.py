@@ -6,7 +6,6 @@ interpreter on (``TRITON_INTERPRET=1``), which only works if it happens before `
 
 from tritonforge import _triton  # noqa: F401  (first: decides TRITON_INTERPRET, imports triton)
 from tritonforge.axpy import axpy
-from tritonforge.colab import REPOSITORY_URL
 from tritonforge.runtime import (
     FallbackError,
     FallbackWarning,
@@ -30,5 +29,4 @@ __all__ = [
     "Route",
     "FallbackError",
     "FallbackWarning",
-    "REPOSITORY_URL",
 ]

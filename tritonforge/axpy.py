@@ -46,11 +46,17 @@ def _axpy_kernel(
     tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def axpy_fwd(alpha: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Launch the kernel. Non-contiguous inputs are copied to contiguous first (``reshape``)."""
-    x_flat = x.reshape(-1)  # [n]; a copy only when x is not contiguous
-    y_flat = y.reshape(-1)  # [n]
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+def axpy_fwd(alpha: float, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Launch the kernel. Non-contiguous inputs are copied to contiguous first.
+
+    ``out`` (contiguous, x's shape and dtype) lets tests pass a NaN-poisoned buffer.
+    """
+    # [n]. Not x.reshape(-1): for a view like base[:, ::2] reshape returns a *strided* 1-D view
+    # (stride 2), and this kernel assumes unit stride. .contiguous() copies only when needed.
+    x_flat = x.contiguous().view(-1)
+    y_flat = y.contiguous().view(-1)
+    if out is None:
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
     n = x_flat.numel()
     grid = (triton.cdiv(n, BLOCK_SIZE),)
     _axpy_kernel[grid](x_flat, y_flat, out.view(-1), float(alpha), n, BLOCK=BLOCK_SIZE)

@@ -47,6 +47,7 @@ def stamp(path: str) -> bool:
     cell = {
         "cell_type": "code",
         "execution_count": None,
+        "id": "colab-install",
         "metadata": {"tags": ["colab-install"]},
         "outputs": [],
         "source": install_cell_source().splitlines(keepends=True),

@@ -1,0 +1,32 @@
+"""Shared test helpers: the error budget of STYLE.md rule 8."""
+
+from __future__ import annotations
+
+import torch
+
+
+def max_rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |out - ref| / max(|ref|), in float64. NaN anywhere in ``out`` gives NaN (fails budgets)."""
+    diff = (out.double() - ref.double()).abs().max().item()
+    scale = ref.double().abs().max().item()
+    return diff / max(scale, 1e-30)
+
+
+def assert_within_budget(
+    out: torch.Tensor, ref: torch.Tensor, baseline: torch.Tensor, *, factor: float = 2.0, floor: float | None = None
+) -> None:
+    """The kernel's error against the float64 ``ref`` may be at most ``factor`` times the error that
+    PyTorch's own computation in the input dtype (``baseline``) makes, plus ``floor``.
+
+    This scales with dtype automatically: fp32 kernels get an fp32-sized budget, bf16 a bf16 one.
+    The default ``floor`` is one rounding of the output dtype (``finfo.eps``): on a tiny tensor
+    PyTorch's own error can be zero by luck, and no kernel can beat one rounding.
+    """
+    if floor is None:
+        floor = torch.finfo(out.dtype).eps
+    assert out.shape == ref.shape, f"shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    assert not torch.isnan(out).any(), "output has NaN (an element the kernel never wrote?)"
+    err = max_rel_error(out, ref)
+    base = max_rel_error(baseline, ref)
+    budget = factor * base + floor
+    assert err <= budget, f"relative error {err:.3e} exceeds budget {budget:.3e} (PyTorch's own: {base:.3e})"

@@ -1,0 +1,218 @@
+"""The four routing checks, proven by fault injection; warnings, last_path and strict mode."""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import tritonforge as tfg
+from tritonforge import runtime
+from tritonforge._triton import tl, triton
+
+X = torch.randn(300)
+Y = torch.randn(300)
+EXPECTED = 2.0 * X + Y
+
+
+def _call():
+    return tfg.axpy(2.0, X, Y)
+
+
+def _fallback_warnings(record):
+    return [w for w in record if issubclass(w.category, tfg.FallbackWarning)]
+
+
+# -- check 1: Triton importable -------------------------------------------------------------------
+
+
+def test_triton_missing_falls_back_with_a_warning(monkeypatch):
+    monkeypatch.setattr(runtime, "triton_available", lambda: False)
+    with tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="triton-missing"):
+        out = _call()
+    torch.testing.assert_close(out, EXPECTED)
+    assert tfg.last_path("axpy") == "torch"
+    assert tfg.last_route("axpy").reason == "triton-missing"
+
+
+def test_triton_really_not_installed_subprocess():
+    """A real failing `import triton` (as on macOS): the op still answers, on the torch path."""
+    code = (
+        "import sys, warnings\n"
+        "sys.modules['triton'] = None\n"
+        "import torch, tritonforge as tfg\n"
+        "with warnings.catch_warnings(record=True) as rec:\n"
+        "    warnings.simplefilter('always')\n"
+        "    x, y = torch.randn(5), torch.randn(5)\n"
+        "    out = tfg.axpy(2.0, x, y); tfg.axpy(2.0, x, y)\n"
+        "assert torch.allclose(out, 2.0 * x + y)\n"
+        "n = sum(issubclass(w.category, tfg.FallbackWarning) for w in rec)\n"
+        "print(tfg.last_path('axpy'), tfg.last_route('axpy').reason, n)\n"
+    )
+    env = dict(os.environ, TRITONFORGE_STRICT="0")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["torch", "triton-missing", "1"]
+
+
+# -- check 2: a device Triton can run on -----------------------------------------------------------
+
+
+def test_no_gpu_and_no_interpreter_falls_back(monkeypatch):
+    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    with tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="tensors are on cpu"):
+        out = _call()
+    torch.testing.assert_close(out, EXPECTED)
+    assert tfg.last_route("axpy").reason == "device"
+
+
+def test_cpu_tensors_take_the_interpreter_here():
+    if torch.cuda.is_available():
+        pytest.skip("this machine compiles kernels for its GPU")
+    torch.testing.assert_close(_call(), EXPECTED)
+    assert tfg.last_path("axpy") == "interpreter"
+
+
+# -- check 3: inputs the kernel supports -----------------------------------------------------------
+
+
+def test_bf16_on_a_t4_is_unsupported(monkeypatch):
+    monkeypatch.setattr(runtime, "device_capability", lambda device: (7, 5))
+    reason = runtime.bf16_unsupported(torch.bfloat16, torch.device("cuda"))
+    assert reason is not None and "sm_75" in reason and "float16" in reason
+    assert runtime.bf16_unsupported(torch.float16, torch.device("cuda")) is None
+    monkeypatch.setattr(runtime, "device_capability", lambda device: (9, 0))
+    assert runtime.bf16_unsupported(torch.bfloat16, torch.device("cuda")) is None
+
+
+def test_unsupported_inputs_fall_back():
+    with tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="unsupported"):
+        out = runtime.dispatch(
+            "probe", device=X.device, kernel=lambda: pytest.fail("kernel must not run"),
+            reference=lambda: "reference", unsupported="this probe supports nothing",
+        )
+    assert out == "reference"
+    assert tfg.last_route("probe") == tfg.Route("probe", "torch", "unsupported", "this probe supports nothing")
+
+
+# -- check 4: the kernel compiles and launches ----------------------------------------------------
+
+
+@triton.jit
+def _broken_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)  # BLOCK=100 is not a power of two: rejected at compile time
+    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+
+def test_compile_error_falls_back():
+    buf = torch.randn(10)
+
+    def launch():
+        _broken_kernel[(1,)](buf, 10, BLOCK=100)
+        return "kernel"
+
+    with tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="kernel-error"):
+        out = runtime.dispatch("broken", device=buf.device, kernel=launch, reference=lambda: "reference")
+    assert out == "reference"
+    assert tfg.last_route("broken").reason == "kernel-error"
+    assert "power of 2" in tfg.last_route("broken").detail
+
+
+def test_compile_error_raises_under_strict():
+    buf = torch.randn(10)
+    with pytest.raises(tfg.FallbackError, match="kernel-error") as info:
+        runtime.dispatch("broken", device=buf.device, kernel=lambda: _broken_kernel[(1,)](buf, 10, BLOCK=100), reference=lambda: None)
+    assert info.value.__cause__ is not None  # the compiler's own error is kept
+
+
+# -- once-only warnings, last_path, strict mode ----------------------------------------------------
+
+
+def test_warns_once_per_op_and_reason(monkeypatch):
+    monkeypatch.setattr(runtime, "triton_available", lambda: False)
+    with tfg.strict(False), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            _call()
+        runtime.dispatch("other_op", device=X.device, kernel=lambda: None, reference=lambda: None)
+    messages = [str(w.message) for w in _fallback_warnings(record)]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("tritonforge.axpy") and messages[1].startswith("tritonforge.other_op")
+
+
+def test_last_path_follows_the_latest_call(monkeypatch):
+    with pytest.raises(KeyError, match="axpy"):
+        tfg.last_path("axpy")
+    _call()
+    kernel_path = tfg.last_path("axpy")
+    assert kernel_path in ("triton", "interpreter")
+    monkeypatch.setattr(runtime, "triton_available", lambda: False)
+    with tfg.strict(False), pytest.warns(tfg.FallbackWarning):
+        _call()
+    assert tfg.last_path("axpy") == "torch"
+    monkeypatch.undo()
+    _call()
+    assert tfg.last_path("axpy") == kernel_path
+
+
+def test_strict_env_var_turns_fallback_into_error(monkeypatch):
+    monkeypatch.setattr(runtime, "triton_available", lambda: False)
+    monkeypatch.setenv("TRITONFORGE_STRICT", "1")
+    assert tfg.is_strict()
+    with pytest.raises(tfg.FallbackError, match="axpy.*triton-missing"):
+        _call()
+    monkeypatch.setenv("TRITONFORGE_STRICT", "0")
+    assert not tfg.is_strict()
+    with pytest.warns(tfg.FallbackWarning):
+        _call()
+
+
+def test_strict_context_manager_nests(monkeypatch):
+    monkeypatch.setenv("TRITONFORGE_STRICT", "0")
+    with tfg.strict():
+        assert tfg.is_strict()
+        with tfg.strict(False):
+            assert not tfg.is_strict()
+        assert tfg.is_strict()
+    assert not tfg.is_strict()
+
+
+def test_suite_runs_strict():
+    assert os.environ.get("TRITONFORGE_STRICT") == "1" and tfg.is_strict()
+
+
+# -- the environment report -------------------------------------------------------------------------
+
+
+def test_environment_report():
+    env = tfg.environment()
+    assert env.path in runtime.PATHS
+    assert env.torch_version == torch.__version__
+    text = str(env)
+    for label in ("execution path", "device", "compute capability", "bf16 kernels", "default dtype", "torch", "triton"):
+        assert label in text
+    assert "<table>" in env._repr_html_()
+    if not torch.cuda.is_available():
+        assert env.path == "interpreter" and env.default_dtype == torch.float32 and env.device_type == "cpu"
+
+
+def test_environment_on_a_t4_defaults_to_fp16(monkeypatch):
+    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # what a T4 really answers
+    env = tfg.environment()
+    assert (env.path, env.device, env.bf16, env.default_dtype) == ("triton", "Tesla T4", False, torch.float16)
+    assert env.compute_capability == "7.5 (sm_75)"
+
+
+@pytest.mark.gpu
+def test_gpu_environment_and_compiled_path():
+    env = tfg.environment()
+    assert env.path == "triton" and env.compute_capability is not None
+    x = torch.randn(4096, device="cuda")
+    tfg.axpy(1.0, x, x)
+    assert tfg.last_path("axpy") == "triton"
