@@ -119,9 +119,12 @@ def _record(route: Route) -> None:
 
 def _fall_back(route: Route, cause: Optional[BaseException] = None) -> None:
     """Record a fallback; raise if strict, else warn once per (op, reason)."""
-    message = f"tritonforge.{route.op}: using the PyTorch reference ({route.reason}): {route.detail}"
     if is_strict():
-        raise FallbackError(message + "  [strict routing: TRITONFORGE_STRICT=1]") from cause
+        raise FallbackError(
+            f"tritonforge.{route.op}: the Triton path is unavailable ({route.reason}): {route.detail}; "
+            "strict routing (TRITONFORGE_STRICT=1) forbids falling back to the PyTorch reference"
+        ) from cause
+    message = f"tritonforge.{route.op}: using the PyTorch reference ({route.reason}): {route.detail}"
     _record(route)
     key = (route.op, route.reason or "")
     with _lock:

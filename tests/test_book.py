@@ -1,0 +1,93 @@
+"""The book's structure: clean notebooks, a consistent table of contents, the Colab install cell,
+and one repository URL."""
+
+import json
+import pathlib
+import re
+
+import pytest
+import yaml
+
+from tritonforge.colab import REPOSITORY_URL, colab_url, install_cell_source
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "exercises").rglob("*.ipynb"))
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
+
+
+def _toc_files(node):
+    if isinstance(node, dict):
+        if "file" in node:
+            yield node["file"]
+        if "root" in node:
+            yield node["root"]
+        for value in node.values():
+            yield from _toc_files(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _toc_files(item)
+
+
+def _load(path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_there_are_chapters():
+    assert CHAPTERS, "no chapter notebooks found"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_committed_clean(path):
+    nb = _load(path)
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [], f"cell {i} has outputs: commit notebooks cleared"
+            assert cell.get("execution_count") is None, f"cell {i} has an execution count"
+    assert set(nb["metadata"]) <= {"kernelspec", "language_info"}, f"extra notebook metadata: {set(nb['metadata'])}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_starts_with_the_colab_install_cell(path):
+    code_cells = [c for c in _load(path)["cells"] if c["cell_type"] == "code"]
+    assert "".join(code_cells[0]["source"]) == install_cell_source(), "run: python -m tritonforge.colab " + str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_imports_tritonforge_before_triton(path):
+    sources = ["".join(c["source"]) for c in _load(path)["cells"] if c["cell_type"] == "code"]
+    code = "\n".join(sources)
+    first_tfg = code.find("import tritonforge")
+    assert first_tfg >= 0, "a chapter imports tritonforge"
+    first_triton = min((m.start() for m in re.finditer(r"^\s*(import|from) triton\b(?!forge)", code, re.M)), default=len(code))
+    assert first_tfg < first_triton, "import tritonforge must come before import triton (interpreter flag)"
+
+
+def test_repository_url_agrees_with_the_package():
+    assert CONFIG["repository"]["url"] == REPOSITORY_URL
+    assert REPOSITORY_URL in install_cell_source()
+    assert CONFIG["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+
+
+def test_colab_url_points_at_the_notebook():
+    url = colab_url("chapters/00_how_to_use_this_book.ipynb")
+    assert url == "https://colab.research.google.com/github/Gaurav711cgu/TritonForge/blob/main/chapters/00_how_to_use_this_book.ipynb"
+
+
+def test_toc_lists_existing_files_and_every_chapter():
+    listed = set(_toc_files(TOC))
+    for entry in listed:
+        candidates = [ROOT / (entry + ext) for ext in ("", ".md", ".ipynb")]
+        assert any(c.is_file() for c in candidates), f"_toc.yml lists {entry}, which does not exist"
+    for chapter in CHAPTERS:
+        assert str(chapter.relative_to(ROOT).with_suffix("")) in listed, f"{chapter.name} is not in _toc.yml"
+    captions = [part["caption"] for part in TOC["parts"]]
+    assert captions == ["Foundations", "Kernels", "Production", "Exercises"]
+
+
+def test_build_executes_notebooks_and_fails_on_errors():
+    assert CONFIG["execute"]["execute_notebooks"] == "force"
+    assert CONFIG["execute"]["allow_errors"] is False
+    assert CONFIG["execute"]["timeout"] > 0
+    assert CONFIG["sphinx"]["config"]["nb_execution_raise_on_error"] is True
