@@ -12,8 +12,10 @@ import tritonforge as tfg
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
 
-X = torch.randn(300)
-Y = torch.randn(300)
+# Where kernels run on this machine: CUDA tensors on a GPU machine, CPU tensors (interpreter) here.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+X = torch.randn(300, device=DEVICE)
+Y = torch.randn(300, device=DEVICE)
 EXPECTED = 2.0 * X + Y
 
 
@@ -62,9 +64,10 @@ def test_triton_really_not_installed_subprocess():
 
 def test_no_gpu_and_no_interpreter_falls_back(monkeypatch):
     monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    x, y = X.cpu(), Y.cpu()
     with tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="tensors are on cpu"):
-        out = _call()
-    torch.testing.assert_close(out, EXPECTED)
+        out = tfg.axpy(2.0, x, y)
+    torch.testing.assert_close(out, EXPECTED.cpu())
     assert tfg.last_route("axpy").reason == "device"
 
 
@@ -107,7 +110,7 @@ def _broken_kernel(x_ptr, n, BLOCK: tl.constexpr):
 
 
 def test_compile_error_falls_back():
-    buf = torch.randn(10)
+    buf = torch.randn(10, device=DEVICE)
 
     def launch():
         _broken_kernel[(1,)](buf, 10, BLOCK=100)
@@ -121,7 +124,7 @@ def test_compile_error_falls_back():
 
 
 def test_compile_error_raises_under_strict():
-    buf = torch.randn(10)
+    buf = torch.randn(10, device=DEVICE)
     with pytest.raises(tfg.FallbackError, match="kernel-error") as info:
         runtime.dispatch("broken", device=buf.device, kernel=lambda: _broken_kernel[(1,)](buf, 10, BLOCK=100), reference=lambda: None)
     assert info.value.__cause__ is not None  # the compiler's own error is kept
