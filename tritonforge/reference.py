@@ -23,3 +23,19 @@ def axpy_ref(alpha: float, x: torch.Tensor, y: torch.Tensor, *, upcast: bool = F
     ct = _compute_dtype(x.dtype, upcast)
     out = alpha * x.to(ct) + y.to(ct)
     return out if upcast else out.to(x.dtype)
+
+
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, upcast: bool = False) -> torch.Tensor:
+    """RMSNorm over the last dim with Hugging Face ``LlamaRMSNorm`` casting.
+
+    ``h = x.to(float32); h = h * rsqrt(mean(h**2, -1) + eps); y = weight * h.to(x.dtype)``:
+    the normalized row is rounded to x's dtype *before* the multiply by ``weight`` (float64
+    inputs stay in float64 throughout). With ``upcast`` everything is float64, nothing is
+    rounded in between, and the result is float64 (the tests' oracle).
+    """
+    ct = _compute_dtype(x.dtype, upcast)
+    h = x.to(ct)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    if upcast:
+        return h * weight.to(ct)
+    return weight * h.to(x.dtype)

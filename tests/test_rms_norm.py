@@ -1,0 +1,421 @@
+"""RMSNorm: kernels against the float64 reference, with an error budget (STYLE.md 8-11).
+
+Every kernel output buffer is poisoned with NaN before the kernel runs (the autouse fixture
+below replaces the launchers' allocator), so an element a kernel forgets to write fails a test.
+CPU sizes stay small: the interpreter costs about a millisecond per row.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+
+from tritonforge import runtime
+from tritonforge.reference import rms_norm_ref
+from tritonforge.rms_norm import RMSNormFunction, rms_norm, rms_norm_bwd, rms_norm_fwd
+
+from .helpers import assert_within_budget
+
+# The module itself (``tritonforge.rms_norm`` the attribute is the function once __init__ exports it).
+rms_norm_module = importlib.import_module("tritonforge.rms_norm")
+
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _poison_outputs(monkeypatch):
+    """Allocate every buffer the kernels must overwrite filled with NaN."""
+
+    def nan_empty(*shape, dtype, device):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(rms_norm_module, "_empty", nan_empty)
+
+
+def _skip_unsupported(dtype: torch.dtype, device: str) -> None:
+    if dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(device)):
+        pytest.skip("bfloat16 kernels need compute capability >= 8.0")
+
+
+def _assert_kernel_ran() -> None:
+    assert runtime.last_path("rms_norm") in ("interpreter", "triton")
+
+
+def _inputs(shape, dtype, device, *, requires_grad=False):
+    """Fresh random x and a non-trivial weight (around 1, never all ones)."""
+    x = torch.randn(shape, dtype=dtype, device=device)
+    weight = (1.0 + 0.5 * torch.randn(shape[-1], device=device)).to(dtype)
+    return x.requires_grad_(requires_grad), weight.requires_grad_(requires_grad)
+
+
+def _assert_within_budget(actual, oracle, torch_lowp, *, what="output"):
+    """The shared error budget (``tests/helpers.py``), labelled with what is compared.
+
+    ``oracle`` is float64 and ``torch_lowp`` is PyTorch's own computation in the kernel's dtype.
+    For float64 inputs PyTorch's computation *is* the oracle (error 0), so the floor there allows
+    a few roundings of a different summation order.
+    """
+    floor = 32 * torch.finfo(torch.float64).eps if actual.dtype == torch.float64 else None
+    try:
+        assert_within_budget(actual, oracle, torch_lowp, floor=floor)
+    except AssertionError as exc:
+        raise AssertionError(f"{what} ({str(actual.dtype).replace('torch.', '')}): {exc}") from None
+
+
+def _check_forward(x, weight, eps=1e-6):
+    y = rms_norm(x, weight, eps)
+    _assert_kernel_ran()
+    assert y.dtype == x.dtype and y.shape == x.shape and y.is_contiguous()
+    _assert_within_budget(y, rms_norm_ref(x, weight, eps, upcast=True), rms_norm_ref(x, weight, eps))
+    return y
+
+
+def _check_backward(x, weight, eps=1e-6, *, dy=None, need_dx=True, need_dw=True):
+    """Kernel gradients against autograd of the float64 reference, budget from autograd of the
+    reference in x's dtype."""
+    if dy is None:
+        dy = torch.randn(x.shape, dtype=x.dtype, device=x.device)
+    grads = {}
+    for name, fn, dtype in [
+        ("kernel", lambda a, b: rms_norm(a, b, eps), x.dtype),
+        ("oracle", lambda a, b: rms_norm_ref(a, b, eps, upcast=True), torch.float64),
+        ("torch", lambda a, b: rms_norm_ref(a, b, eps), x.dtype),
+    ]:
+        a = x.detach().to(dtype).requires_grad_(need_dx)
+        b = weight.detach().to(dtype).requires_grad_(need_dw)
+        fn(a, b).backward(dy.to(dtype))
+        if name == "kernel":
+            _assert_kernel_ran()
+        grads[name] = (a.grad, b.grad)
+    for i, what in [(0, "dx"), (1, "dweight")]:
+        if (need_dx, need_dw)[i]:
+            assert grads["kernel"][i].dtype == x.dtype
+            _assert_within_budget(grads["kernel"][i], grads["oracle"][i], grads["torch"][i], what=what)
+        else:
+            assert grads["kernel"][i] is None
+
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("shape", [(1, 1), (1, 8), (3, 7), (37, 1000), (2, 5, 123), (77,)], ids=str)
+def test_forward_matches_reference(shape, dtype, device):
+    _skip_unsupported(dtype, device)
+    x, weight = _inputs(shape, dtype, device)
+    _check_forward(x, weight)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("shape", [(3, 65536), (2, 40000)], ids=str)
+def test_forward_long_rows_loop_over_column_blocks(shape, dtype, device):
+    _skip_unsupported(dtype, device)
+    assert shape[-1] > rms_norm_module._row_config(shape[-1], dtype)[0]  # really the loop path
+    x, weight = _inputs(shape, dtype, device)
+    _check_forward(x, weight)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_forward_small_block_cap_many_column_blocks(dtype, device, monkeypatch):
+    """A tiny block cap sends ordinary rows through the column loop (17 blocks, ragged tail)."""
+    _skip_unsupported(dtype, device)
+    monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64)
+    x, weight = _inputs((5, 1000), dtype, device)
+    _check_forward(x, weight)
+
+
+def test_forward_row_strided_view_is_read_in_place(device):
+    big = torch.randn(17, 300, device=device)
+    x = big[:, :257]  # row stride 300 != N
+    weight = _inputs((257,), torch.float32, device)[1]
+    rows = rms_norm_module._as_rows(x, 257)
+    assert rows.data_ptr() == x.data_ptr() and rows.stride() == (300, 1)  # no copy
+    _check_forward(x, weight)
+
+
+def test_forward_3d_strided_views(device):
+    big = torch.randn(4, 5, 40, device=device)
+    weight = _inputs((33,), torch.float32, device)[1]
+    mergeable = big[:, :, :33]  # leading dims flatten to one row stride: read in place
+    assert rms_norm_module._as_rows(mergeable, 33).data_ptr() == mergeable.data_ptr()
+    _check_forward(mergeable, weight)
+    _check_forward(big[:, 1:4, :33], weight)  # leading dims don't flatten: copied, still right
+
+
+def test_forward_last_dim_strided(device):
+    base = torch.randn(6, 20, device=device)
+    weight = _inputs((10,), torch.float32, device)[1]
+    _check_forward(base[:, ::2], weight)  # column stride 2: copied first
+    _check_forward(base[:, ::20], weight[:1])  # N = 1 with column stride 20: read in place
+
+
+def test_forward_transposed_view(device):
+    x = torch.randn(64, 20, device=device).t()  # [20, 64], last-dim stride 20: copied first
+    weight = _inputs((64,), torch.float32, device)[1]
+    _check_forward(x, weight)
+
+
+def test_forward_expanded_rows(device):
+    x = torch.randn(1, 48, device=device).expand(6, 48)  # row stride 0
+    weight = _inputs((48,), torch.float32, device)[1]
+    y = _check_forward(x, weight)
+    assert torch.equal(y[0], y[5])
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-5, 0.5], ids=str)
+def test_forward_eps(eps, device):
+    x, weight = _inputs((4, 96), torch.float32, device)
+    _check_forward(x * 0.05, weight, eps)  # small x: eps = 0.5 changes the result a lot
+
+
+def test_forward_launcher_returns_rstd(device):
+    x, weight = _inputs((9, 130), torch.float32, device)
+    y, rstd = rms_norm_fwd(x, weight, 1e-6)
+    expected = torch.rsqrt(x.double().pow(2).mean(-1) + 1e-6)
+    assert rstd.dtype == torch.float32 and rstd.shape == (9,)
+    torch.testing.assert_close(rstd.double(), expected, rtol=1e-6, atol=0)
+    assert torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: str(d).replace("torch.", ""))
+def test_hugging_face_casting(dtype, device):
+    """The kernel follows HF LlamaRMSNorm: normalize in float32, round to x.dtype, then scale.
+
+    With the same rounding steps the kernel agrees with the reference bit for bit on almost every
+    element (only a different summation order in rstd can flip a rounding). This also catches the
+    interpreter's truncating float32 -> bfloat16 cast, which would disagree on about half.
+    """
+    _skip_unsupported(dtype, device)
+    x, weight = _inputs((16, 256), dtype, device)
+    h = x.to(torch.float32)
+    hf = weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype)
+    assert torch.equal(rms_norm_ref(x, weight, 1e-6), hf)
+    y = rms_norm(x, weight, 1e-6)
+    _assert_kernel_ran()
+    assert (y == hf).float().mean().item() >= 0.99
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy, in the interpreter
+def test_nan_and_inf_propagate_like_the_reference(device):
+    x, weight = _inputs((4, 50), torch.float32, device)
+    x[0, 7] = float("nan")
+    x[1, 3] = float("inf")
+    x[2, 9] = -float("inf")
+    y = rms_norm(x, weight)
+    _assert_kernel_ran()
+    torch.testing.assert_close(y, rms_norm_ref(x, weight), equal_nan=True)
+    assert torch.isnan(y[0]).all()
+    assert torch.isfinite(y[3]).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# Backward
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (37, 1000), (2, 5, 33), (17, 20000)], ids=str)
+def test_backward_matches_reference_fp32(shape, device):
+    """(37, ...) and (17, ...) leave the last backward program fewer rows than the others;
+    N = 20000 runs the column loop of the backward (block cap 8192 there)."""
+    x, weight = _inputs(shape, torch.float32, device)
+    _check_backward(x, weight)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64], ids=lambda d: str(d).replace("torch.", ""))
+def test_backward_matches_reference_other_dtypes(dtype, device):
+    _skip_unsupported(dtype, device)
+    x, weight = _inputs((19, 300), dtype, device)
+    _check_backward(x, weight)
+
+
+@pytest.mark.parametrize("shape", [(11, 200), (3, 64)], ids=str)
+def test_backward_small_block_cap(shape, device, monkeypatch):
+    monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64)  # backward block 32: loop path
+    x, weight = _inputs(shape, torch.float32, device)
+    _check_backward(x, weight)
+
+
+@pytest.mark.parametrize("need_dx,need_dw", [(True, False), (False, True)])
+def test_backward_only_the_gradients_asked_for(need_dx, need_dw, device, monkeypatch):
+    x, weight = _inputs((10, 70), torch.float32, device)
+    _check_backward(x, weight, need_dx=need_dx, need_dw=need_dw)
+    monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 32)
+    _check_backward(x, weight, need_dx=need_dx, need_dw=need_dw)
+
+
+def test_backward_non_contiguous_dy(device):
+    x, weight = _inputs((12, 40), torch.float32, device)
+    _check_backward(x, weight, dy=torch.randn(40, 12, device=device).t())  # transposed dy
+    _check_backward(x, weight, dy=torch.randn(1, 40, device=device).expand(12, 40))  # row stride 0
+
+
+def test_backward_strided_x(device):
+    big = torch.randn(9, 80, device=device)
+    weight = _inputs((50,), torch.float32, device)[1]
+    _check_backward(big[:, 10:60], weight)
+    _check_backward(torch.randn(50, 9, device=device).t(), weight)
+
+
+def test_backward_sum_of_outputs_gives_expanded_dy(device):
+    x, weight = _inputs((6, 24), torch.float32, device, requires_grad=True)
+    rms_norm(x, weight).sum().backward()  # dy is a stride-0 expanded tensor of ones
+    _assert_kernel_ran()
+    x64 = x.detach().double().requires_grad_()
+    w64 = weight.detach().double().requires_grad_()
+    rms_norm_ref(x64, w64, upcast=True).sum().backward()
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(weight.grad.double(), w64.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_backward_dweight_is_deterministic(device):
+    x, weight = _inputs((29, 128), torch.float32, device)
+    dy = torch.randn_like(x)
+    results = []
+    for _ in range(2):
+        a, b = x.clone().requires_grad_(), weight.clone().requires_grad_()
+        rms_norm(a, b).backward(dy)
+        results.append((a.grad, b.grad))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
+def test_poisoning_catches_unwritten_rows(device, monkeypatch):
+    """The NaN fixture really works: a backward grid one program short leaves rows of dx unset."""
+    x, weight = _inputs((16, 32), torch.float32, device)
+    y, rstd = rms_norm_fwd(x, weight, 1e-6)
+    programs, rows = rms_norm_module._bwd_grid(16, x.device)
+    monkeypatch.setattr(rms_norm_module, "_bwd_grid", lambda M, dev: (programs - 1, rows))
+    dx, _ = rms_norm_bwd(torch.randn_like(x), x, weight, rstd, compute_dweight=False)
+    assert torch.isnan(dx[-rows:]).all() and not torch.isnan(dx[:-rows]).any()
+
+
+def test_not_twice_differentiable(device):
+    x, weight = _inputs((2, 8), torch.float64, device, requires_grad=True)
+    (gx,) = torch.autograd.grad(RMSNormFunction.apply(x, weight, 1e-6).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError):
+        gx.sum().backward()
+
+
+@pytest.mark.parametrize("shape", [(6, 37), (3, 5, 16), (1, 1)], ids=str)
+def test_gradcheck_fp64_through_the_kernels(shape, device):
+    x, weight = _inputs(shape, torch.float64, device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: rms_norm(a, b), (x, weight), fast_mode=True)
+    _assert_kernel_ran()
+
+
+def test_gradcheck_fp64_column_loop(device, monkeypatch):
+    monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64)  # fp64: fwd block 32, bwd block 16
+    x, weight = _inputs((5, 75), torch.float64, device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: rms_norm(a, b, 1e-3), (x, weight), fast_mode=True)
+    _assert_kernel_ran()
+
+
+# ----------------------------------------------------------------------------------------------
+# Heuristics, empty inputs, bad inputs
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("N", [1, 7, 1000, 4096, 8192, 16384, 65536, 131072])
+def test_row_config(N):
+    for dtype in DTYPES:
+        for backward in (False, True):
+            block, warps = rms_norm_module._row_config(N, dtype, backward=backward)
+            assert block & (block - 1) == 0 and warps in (4, 8, 16)
+            assert block <= rms_norm_module.MAX_BLOCK_N
+            if N <= rms_norm_module.MAX_BLOCK_N // 4:  # every config keeps such rows in one block
+                assert block >= N
+
+
+@pytest.mark.parametrize("M", [1, 7, 8, 37, 1000])
+def test_bwd_grid_covers_every_row_once(M):
+    programs, rows = rms_norm_module._bwd_grid(M, torch.device("cpu"))
+    assert programs * rows >= M > (programs - 1) * rows  # the last program has >= 1 row
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (4, 0), (2, 0, 16)], ids=str)
+def test_empty_input(shape, device):
+    x, weight = _inputs(shape, torch.float32, device, requires_grad=True)
+    y = rms_norm(x, weight)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    y.sum().backward()
+    assert x.grad.shape == x.shape and weight.grad.shape == weight.shape
+
+
+def test_bad_inputs(device):
+    x, weight = _inputs((4, 16), torch.float32, device)
+    with pytest.raises(TypeError, match="x"):
+        rms_norm([[1.0] * 16], weight)
+    with pytest.raises(TypeError, match="x"):
+        rms_norm(x.to(torch.int32), weight)
+    with pytest.raises(TypeError, match="weight"):
+        rms_norm(x, weight.to(torch.int64))
+    with pytest.raises(TypeError, match="weight"):
+        rms_norm(x, weight.to(torch.float64))  # dtypes must agree
+    with pytest.raises(ValueError, match="x"):
+        rms_norm(torch.tensor(1.0, device=device), weight[:1])  # 0-d x
+    with pytest.raises(ValueError, match="weight"):
+        rms_norm(x, weight[:15])  # wrong length
+    with pytest.raises(ValueError, match="weight"):
+        rms_norm(x, weight.reshape(4, 4))  # 2-D
+    with pytest.raises(ValueError, match="weight"):
+        rms_norm(x, torch.randn(16, device="meta"))  # another device
+    with pytest.raises(ValueError, match="eps"):
+        rms_norm(x, weight, -1e-6)
+    with pytest.raises(ValueError, match="eps"):
+        rms_norm(x, weight, math.nan)
+    with pytest.raises(TypeError, match="eps"):
+        rms_norm(x, weight, "1e-6")
+    with pytest.raises(TypeError, match="eps"):
+        rms_norm(x, weight, True)
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU only (skipped without CUDA): large shapes
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape,dtype",
+    [((4096, 8192), torch.bfloat16), ((32768, 4096), torch.float16), ((4096, 8192), torch.float32),
+     ((1823, 781), torch.bfloat16), ((5, 123, 123), torch.float16), ((64, 65536), torch.bfloat16),
+     ((16, 131072), torch.float32)],
+    ids=str,
+)  # fmt: skip
+def test_gpu_forward_large(shape, dtype):
+    _skip_unsupported(dtype, "cuda")
+    x, weight = _inputs(shape, dtype, "cuda")
+    _check_forward(x, weight)
+    assert runtime.last_path("rms_norm") == "triton"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape,dtype",
+    [((4096, 4096), torch.bfloat16), ((8192, 8192), torch.float32), ((1823, 781), torch.float16),
+     ((64, 65536), torch.float32), ((16, 131072), torch.bfloat16)],
+    ids=str,
+)  # fmt: skip
+def test_gpu_backward_large(shape, dtype):
+    _skip_unsupported(dtype, "cuda")
+    x, weight = _inputs(shape, dtype, "cuda")
+    _check_backward(x, weight)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(6, 37), (3, 5, 16), (4, 9000)], ids=str)
+def test_gpu_gradcheck_fp64(shape):
+    x, weight = _inputs(shape, torch.float64, "cuda", requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: rms_norm(a, b), (x, weight), fast_mode=True)
+    assert runtime.last_path("rms_norm") == "triton"
