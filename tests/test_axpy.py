@@ -96,3 +96,12 @@ def test_gpu_large_compiled(dtype):
     out = tfg.axpy(0.25, x, y)
     assert tfg.last_path("axpy") == "triton"
     assert_within_budget(out, axpy_ref(0.25, x, y, upcast=True), 0.25 * x + y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rounds_once_to_nearest(dtype, device):
+    """The fp32 result is rounded to the output dtype once, to nearest-even: bit-equal to the
+    reference that does exactly that. (Triton's interpreter truncates fp32 -> bf16 unless the
+    kernel rounds by hand: this test caught it.)"""
+    x, y = _inputs((5000,), dtype, device, seed=11)
+    assert torch.equal(tfg.axpy(-1.75, x, y), axpy_ref(-1.75, x, y))

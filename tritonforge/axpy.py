@@ -22,6 +22,7 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
+from tritonforge.kernel_utils import cast_for_store, round_bf16_by_hand
 from tritonforge.reference import axpy_ref
 
 AXPY_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -36,6 +37,7 @@ def _axpy_kernel(
     alpha,  # fp32 scalar
     n_elements,  # runtime length: not constexpr, so every length shares one compiled kernel
     BLOCK: tl.constexpr,  # elements handled by one program (a power of two)
+    ROUND_BF16: tl.constexpr,  # round bf16 by hand (the interpreter truncates): see kernel_utils
 ):
     pid = tl.program_id(0).to(tl.int64)  # int64: pid * BLOCK overflows int32 past 2**31 elements
     offsets = pid * BLOCK + tl.arange(0, BLOCK)
@@ -43,7 +45,7 @@ def _axpy_kernel(
     x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
     y = tl.load(y_ptr + offsets, mask=mask).to(tl.float32)
     out = alpha * x + y
-    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + offsets, cast_for_store(out, out_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
 def axpy_fwd(alpha: float, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -59,7 +61,7 @@ def axpy_fwd(alpha: float, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor |
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     n = x_flat.numel()
     grid = (triton.cdiv(n, BLOCK_SIZE),)
-    _axpy_kernel[grid](x_flat, y_flat, out.view(-1), float(alpha), n, BLOCK=BLOCK_SIZE)
+    _axpy_kernel[grid](x_flat, y_flat, out.view(-1), float(alpha), n, BLOCK=BLOCK_SIZE, ROUND_BF16=round_bf16_by_hand(x.dtype))
     return out
 
 

@@ -65,6 +65,7 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
+from tritonforge.kernel_utils import acc_dtype, cast_for_store, round_bf16_by_hand
 from tritonforge.reference import rms_norm_ref
 
 RMS_NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -73,26 +74,6 @@ RMS_NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # ----------------------------------------------------------------------------------------------
 # Kernels
 # ----------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _cast_for_store(
-    value,  # float32/float64 block
-    DTYPE: tl.constexpr,  # the element type to round to
-    ROUND_BF16: tl.constexpr,  # True only in the interpreter for bf16 (see below)
-):
-    """Round ``value`` to ``DTYPE`` to nearest, ties to even.
-
-    On a GPU ``.to(tl.bfloat16)`` rounds to nearest-even. Triton's CPU interpreter truncates
-    float32 -> bfloat16 instead (round toward zero), which doubles the rounding error. With
-    ``ROUND_BF16`` we first round the float32 bits by hand (add half an ulp of bf16 plus the
-    tie-breaking bit, clear the low 16 bits); the cast that follows is then exact. NaN is kept.
-    """
-    if ROUND_BF16:
-        bits = value.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        value = tl.where(value != value, value, bits.to(tl.float32, bitcast=True))
-    return value.to(DTYPE)
 
 
 @triton.jit
@@ -121,8 +102,8 @@ def _rms_norm_fwd_kernel(
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
         w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(ACC_DTYPE)
         # Hugging Face order: round the normalized row to x's dtype, then multiply by w.
-        x_hat = _cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
-        tl.store(y_row + cols, _cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+        x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
+        tl.store(y_row + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
     else:
         # Pass 1: sum of squares, block by block (elementwise partial sums, reduced once).
         sum_sq = tl.zeros([BLOCK_N], dtype=ACC_DTYPE)
@@ -136,8 +117,8 @@ def _rms_norm_fwd_kernel(
             mask = start + cols < N
             x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(ACC_DTYPE)
             w = tl.load(weight_ptr + start + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-            x_hat = _cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
-            y = _cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16)
+            x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
+            y = cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16)
             tl.store(y_row + start + cols, y, mask=mask)
     tl.store(rstd_ptr + row, rstd)
 
@@ -184,7 +165,7 @@ def _rms_norm_bwd_kernel(
                 dy_w = dy * w
                 mean_dyw_xhat = tl.sum(dy_w * x_hat, axis=0) / N
                 dx = rstd * (dy_w - x_hat * mean_dyw_xhat)
-                dx_out = _cast_for_store(dx, dx_ptr.dtype.element_ty, ROUND_BF16)
+                dx_out = cast_for_store(dx, dx_ptr.dtype.element_ty, ROUND_BF16)
                 tl.store(dx_ptr + row * dx_row_stride + cols, dx_out, mask=mask)
         if COMPUTE_DW:
             tl.store(dw_row + cols, dw_acc, mask=mask)
@@ -214,7 +195,7 @@ def _rms_norm_bwd_kernel(
                 if COMPUTE_DX:
                     w = tl.load(weight_ptr + start + cols, mask=mask, other=0.0).to(ACC_DTYPE)
                     dx = rstd * (dy * w - x_hat * mean_dyw_xhat)
-                    dx_out = _cast_for_store(dx, dx_ptr.dtype.element_ty, ROUND_BF16)
+                    dx_out = cast_for_store(dx, dx_ptr.dtype.element_ty, ROUND_BF16)
                     tl.store(dx_ptr + row * dx_row_stride + start + cols, dx_out, mask=mask)
                 if COMPUTE_DW:
                     partial = tl.load(dw_row + start + cols, mask=mask, other=0.0)
@@ -283,14 +264,6 @@ def _as_rows(t: torch.Tensor, N: int) -> torch.Tensor:
     return t.reshape(-1, N)  # a view unless the leading dims cannot share one row stride
 
 
-def _acc_dtype(dtype: torch.dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
-def _round_bf16(dtype: torch.dtype) -> bool:
-    return dtype == torch.bfloat16 and runtime.interpreting()
-
-
 def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel. Returns ``(y, rstd)``: y contiguous in x's shape, rstd ``[M]``."""
     N = x.shape[-1]
@@ -304,8 +277,8 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[tor
     _rms_norm_fwd_kernel[(M,)](
         x_rows, weight, y, rstd,
         x_rows.stride(0), y.stride(0), N, float(eps),
-        BLOCK_N=block_n, ROW_FITS=N <= block_n, ACC_DTYPE=_acc_dtype(x.dtype),
-        ROUND_BF16=_round_bf16(x.dtype), num_warps=num_warps,
+        BLOCK_N=block_n, ROW_FITS=N <= block_n, ACC_DTYPE=acc_dtype(x.dtype),
+        ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=num_warps,
     )  # fmt: skip
     return y.view(x.shape), rstd
 
@@ -340,8 +313,8 @@ def rms_norm_bwd(
         dw_partial if dw_partial is not None else rstd,
         dy_rows.stride(0), x_rows.stride(0), N,
         M, N, rows_per_program,
-        BLOCK_N=block_n, ROW_FITS=row_fits, ACC_DTYPE=_acc_dtype(x.dtype),
-        COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dweight, ROUND_BF16=_round_bf16(x.dtype),
+        BLOCK_N=block_n, ROW_FITS=row_fits, ACC_DTYPE=acc_dtype(x.dtype),
+        COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dweight, ROUND_BF16=round_bf16_by_hand(x.dtype),
         num_warps=num_warps,
     )  # fmt: skip
     dweight = dw_partial.sum(0).to(weight.dtype) if dw_partial is not None else None  # [N]

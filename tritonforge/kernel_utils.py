@@ -1,0 +1,43 @@
+"""Small pieces shared by the kernels: rounding on store, accumulator dtypes.
+
+Every kernel in the package follows the same dtype discipline: load, upcast to float32 (float64
+for float64 inputs), compute, and round to the output dtype only at ``tl.store``. The helpers
+here make that one call each.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tritonforge import runtime
+from tritonforge._triton import tl, triton
+
+
+@triton.jit
+def cast_for_store(
+    value,  # float32/float64 block
+    DTYPE: tl.constexpr,  # the element type to round to
+    ROUND_BF16: tl.constexpr,  # True only in the interpreter for bf16 (see below)
+):
+    """Round ``value`` to ``DTYPE`` to nearest, ties to even.
+
+    On a GPU ``.to(tl.bfloat16)`` rounds to nearest-even. Triton's CPU interpreter truncates
+    float32 -> bfloat16 instead (round toward zero), which doubles the rounding error. With
+    ``ROUND_BF16`` we first round the float32 bits by hand (add half an ulp of bf16 plus the
+    tie-breaking bit, clear the low 16 bits); the cast that follows is then exact. NaN is kept.
+    """
+    if ROUND_BF16:
+        bits = value.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        value = tl.where(value != value, value, bits.to(tl.float32, bitcast=True))
+    return value.to(DTYPE)
+
+
+def round_bf16_by_hand(dtype: torch.dtype) -> bool:
+    """The ``ROUND_BF16`` flag for :func:`cast_for_store`: bf16 output in the interpreter."""
+    return dtype == torch.bfloat16 and runtime.interpreting()
+
+
+def acc_dtype(dtype: torch.dtype):
+    """Accumulator dtype: float64 for float64 inputs (so gradcheck passes), float32 otherwise."""
+    return tl.float64 if dtype == torch.float64 else tl.float32
