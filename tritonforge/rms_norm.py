@@ -38,8 +38,9 @@ Arithmetic runs in float32 for float16, bfloat16 and float32 inputs (upcast righ
 float64 inputs, so that ``torch.autograd.gradcheck`` passes through the real kernels. The
 normalized row is rounded to ``x.dtype`` *before* it is multiplied by ``weight``, exactly as in
 Hugging Face; ``weight`` must have ``x``'s dtype, so ``y`` has it too. ``rstd`` is float32
-(float64 for float64 inputs). ``eps`` reaches the kernels as a float32 scalar, also for
-float64 inputs. ``tritonforge.reference.rms_norm_ref`` implements the same
+(float64 for float64 inputs). ``eps`` is passed as a float64 scalar and cast to the accumulator
+dtype in the kernel (a plain Python float would arrive as float32, which costs float64 inputs
+up to ~1e-9 relative error where x² is small next to eps). ``tritonforge.reference.rms_norm_ref`` implements the same
 semantics and is the ``torch`` fallback.
 
 Layouts. Any leading shape is flattened to ``M`` rows of ``N``. Rows may be strided (a row
@@ -85,7 +86,7 @@ def _rms_norm_fwd_kernel(
     x_row_stride,  # elements between rows of x (may differ from N)
     y_row_stride,  # elements between rows of y
     N,  # row length (runtime: every N shares one compiled kernel)
-    eps,  # float32 scalar added to the mean square
+    eps: tl.float64,  # added to the mean square; typed fp64 so fp64 inputs get it exactly
     BLOCK_N: tl.constexpr,  # columns per block (power of two)
     ROW_FITS: tl.constexpr,  # N <= BLOCK_N: keep the row in registers, one read of x
     ACC_DTYPE: tl.constexpr,  # tl.float32, or tl.float64 for float64 inputs
@@ -99,7 +100,7 @@ def _rms_norm_fwd_kernel(
     if ROW_FITS:
         mask = cols < N
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + tl.cast(eps, ACC_DTYPE))
         w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(ACC_DTYPE)
         # Hugging Face order: round the normalized row to x's dtype, then multiply by w.
         x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
@@ -111,7 +112,7 @@ def _rms_norm_fwd_kernel(
             mask = start + cols < N
             x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(ACC_DTYPE)
             sum_sq += x * x
-        rstd = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
+        rstd = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, ACC_DTYPE))
         # Pass 2: normalize and store (this re-read of x usually comes from L2).
         for start in range(0, N, BLOCK_N):
             mask = start + cols < N
@@ -367,7 +368,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
         x: float16, bfloat16, float32 or float64 tensor ``[..., N]``, any leading shape. Rows may
             be strided; a last dimension without unit stride (a transposed view) is copied.
         weight: ``[N]`` tensor with x's dtype and device.
-        eps: a finite real number >= 0 added to the mean square (applied in float32).
+        eps: a finite real number >= 0 added to the mean square (in the accumulator dtype).
 
     Returns:
         A new contiguous tensor with x's shape and dtype. ``tfg.last_path("rms_norm")`` tells

@@ -1,0 +1,92 @@
+"""Where does a small RMSNorm call spend its time? Host (Python) versus device, on a CUDA GPU.
+
+For decode-sized inputs the kernel itself runs in a few microseconds; what a caller waits for is
+the Python work around the launch. This script measures, for each implementation:
+  host µs/call   - wall time of 2000 back-to-back calls, one synchronize at the end;
+  device µs/call - time of the same call replayed from a CUDA graph (no Python at all).
+and prints the top entries of a cProfile of our own call. Usage: python benchmarks/host_overhead.py [out.json]
+"""
+
+import cProfile
+import io
+import json
+import pstats
+import sys
+import time
+
+import torch
+
+import tritonforge as tfg
+from tritonforge import bench
+
+assert torch.cuda.is_available(), "needs a CUDA GPU"
+EPS = 1e-6
+
+
+def host_us(fn, calls=2000):
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def graph_us(fn, replays=200):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / replays * 1e3
+
+
+rows = []
+impls = bench.rmsnorm_implementations()
+for dtype in (torch.bfloat16, torch.float32):
+    for m, n in ((1, 8192), (64, 8192), (4096, 512), (4096, 8192)):
+        x, w = bench.rmsnorm_inputs(m, n, dtype, "cuda")
+        for name, maker in impls.items():
+            if not callable(maker):
+                continue  # unavailable here (a string says why)
+            fn = maker()
+            call = lambda: fn(x, w, EPS)  # noqa: E731
+            try:
+                row = {"impl": name, "dtype": str(dtype)[6:], "shape": [m, n], "host_us": host_us(call)}
+                try:
+                    row["graph_us"] = graph_us(call)
+                except Exception as exc:  # noqa: BLE001
+                    row["graph_us"] = None
+                    row["graph_error"] = f"{type(exc).__name__}: {exc}"[:200]
+            except Exception as exc:  # noqa: BLE001
+                row = {"impl": name, "dtype": str(dtype)[6:], "shape": [m, n], "error": f"{type(exc).__name__}: {exc}"[:300]}
+            rows.append(row)
+            g = row.get("graph_us")
+            print(f"{row['dtype']:9} {m:>5}x{n:<5} {name:14} host {row.get('host_us', float('nan')):8.1f} us/call   graph {g if g is None else round(g, 1)}")
+
+x, w = bench.rmsnorm_inputs(1, 8192, torch.bfloat16, "cuda")
+profiler = cProfile.Profile()
+profiler.enable()
+for _ in range(2000):
+    tfg.rms_norm(x, w, EPS)
+torch.cuda.synchronize()
+profiler.disable()
+text = io.StringIO()
+pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+print(text.getvalue()[:6000])
+if len(sys.argv) > 1:
+    json.dump({"rows": rows, "profile_top": text.getvalue()[:20000], "torch": torch.__version__}, open(sys.argv[1], "w"), indent=1)
