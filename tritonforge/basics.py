@@ -1,0 +1,923 @@
+r"""Chapter 2's kernels: programs, blocks, masks, pointers and strides — and what they compile to.
+
+The programming model in one paragraph. A Triton kernel is written for **one program**: one
+instance of the kernel, identified by ``tl.program_id(axis)``, that works on one **block** of
+the data. ``tl.arange(0, BLOCK)`` is a vector of ``BLOCK`` consecutive indices (``BLOCK`` a
+power of two known at compile time); adding it to ``pid * BLOCK`` gives the indices of this
+program's block. The last block usually sticks out past the end of the tensor, so every load and
+store takes a **mask** that switches the extra lanes off. Memory is reached by **pointer
+arithmetic**: ``x_ptr + offsets`` is a block of addresses, and for a 2-D view element
+``(i, j)`` lives at ``x_ptr + i * stride_m + j * stride_n`` — passing the view's strides lets a
+kernel read a transposed or sliced tensor in place, without a copy.
+
+Ops, in reading order:
+
+``vector_add(x, y)``
+    :math:`\mathrm{out}_i = x_i + y_i`, one 1-D program per ``VECTOR_BLOCK`` elements.
+``add_2d(x, y)``
+    :math:`\mathrm{out}_{ij} = x_{ij} + y_{ij}` on 2-D tensors with **any** strides (transposed,
+    sliced), a 2-D grid of ``ADD_2D_BLOCK_M × ADD_2D_BLOCK_N`` tiles; nothing is copied.
+``program_map(M, N, block_m, block_n)``
+    a teaching op: element ``(i, j)`` receives the number of the program that wrote it, using
+    the same index arithmetic as ``add_2d``; chapter 2 draws it.
+
+Arithmetic happens in float32 (16-bit inputs are upcast right after ``tl.load``; the interpreter
+computes bf16 wrongly otherwise) and results are rounded once, to nearest, to the inputs' dtype
+at ``tl.store`` (``kernel_utils.cast_for_store``: the interpreter would truncate bf16).
+
+The second half of the module looks *inside* the compiled kernels: it launches each kernel on a
+few inputs that specialize it differently (a length that is or is not a multiple of 16, a unit
+or non-unit stride), and reads the compiled kernel's IR at every stage — Triton IR, TritonGPU
+IR, LLVM IR, PTX — plus its register, spill and shared-memory counts. That needs a GPU;
+``scripts/record_compile.py`` writes the readings to ``benchmarks/results/compile-*.json`` so
+that a reader without one sees them too, and without a recording the compiler can still run
+here for a chosen architecture, launching nothing (:func:`compile_records_for_chapter`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import inspect
+import json
+import pathlib
+import platform
+import re
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from tritonforge import runtime
+from tritonforge._triton import tl, triton
+from tritonforge.kernel_utils import cast_for_store, round_bf16_by_hand
+
+BASICS_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+# ----------------------------------------------------------------------------------------------
+# Block sizes (the only tuning in this module)
+# ----------------------------------------------------------------------------------------------
+
+VECTOR_BLOCK = 1024  # elements per 1-D program: 4 KB of fp32 per operand
+ADD_2D_BLOCK_M = 16  # rows per 2-D tile
+ADD_2D_BLOCK_N = 64  # columns per 2-D tile: 256 B of fp32 per row, two 128-byte lines
+NUM_WARPS = 4  # 128 threads per program on a GPU (ignored by the interpreter)
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _vector_add_kernel(
+    x_ptr,  # *x, contiguous, n_elements values
+    y_ptr,  # *y, contiguous, same dtype and length
+    out_ptr,  # *out, contiguous, written in x's dtype
+    n_elements,  # runtime length: not constexpr, one kernel serves every length
+    BLOCK: tl.constexpr,  # elements per program, a power of two
+    ROUND_BF16: tl.constexpr,  # round bf16 by hand (see kernel_utils)
+):
+    pid = tl.program_id(0).to(tl.int64)  # which program am I? (int64: no overflow)
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)  # [BLOCK] indices of my block
+    mask = offsets < n_elements  # False past the end (last block only)
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    y = tl.load(y_ptr + offsets, mask=mask).to(tl.float32)
+    out = cast_for_store(x + y, out_ptr.dtype.element_ty, ROUND_BF16)
+    tl.store(out_ptr + offsets, out, mask=mask)
+
+
+@triton.jit
+def _add_2d_kernel(
+    x_ptr,  # *x [M, N], any strides
+    y_ptr,  # *y [M, N], any strides
+    out_ptr,  # *out [M, N], any strides
+    M,  # rows
+    N,  # columns
+    stride_xm,  # elements from x[i, j] to x[i + 1, j]
+    stride_xn,  # elements from x[i, j] to x[i, j + 1]
+    stride_ym,
+    stride_yn,
+    stride_om,
+    stride_on,
+    BLOCK_M: tl.constexpr,  # rows per tile
+    BLOCK_N: tl.constexpr,  # columns per tile
+    ROUND_BF16: tl.constexpr,  # round bf16 by hand (see kernel_utils)
+):
+    pid_m = tl.program_id(0)  # tile row
+    pid_n = tl.program_id(1)  # tile column
+    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # [BLOCK_M]
+    cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)  # [BLOCK_N]
+    r, c = rows[:, None], cols[None, :]  # [BLOCK_M, 1] and [1, BLOCK_N]
+    mask = (r < M) & (c < N)  # [BLOCK_M, BLOCK_N]: the tile within the tensor
+    x = tl.load(x_ptr + r * stride_xm + c * stride_xn, mask=mask).to(tl.float32)
+    y = tl.load(y_ptr + r * stride_ym + c * stride_yn, mask=mask).to(tl.float32)
+    out = cast_for_store(x + y, out_ptr.dtype.element_ty, ROUND_BF16)
+    tl.store(out_ptr + r * stride_om + c * stride_on, out, mask=mask)
+
+
+@triton.jit
+def _program_map_kernel(
+    out_ptr,  # *out [M, N] int32, contiguous
+    M,
+    N,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    program = pid_m * tl.num_programs(1) + pid_n  # one number per program, row-major over the grid
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    value = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32) + program
+    tl.store(out_ptr + rows[:, None] * N + cols[None, :], value, mask=mask)
+
+
+# ----------------------------------------------------------------------------------------------
+# References (the tests' oracle and the torch fallback)
+# ----------------------------------------------------------------------------------------------
+
+
+def add_ref(x: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
+    """``x + y`` in float32 (float64 with ``upcast``), returned in x's dtype (float64 if upcast)."""
+    ct = torch.float64 if upcast else torch.float32
+    out = x.to(ct) + y.to(ct)
+    return out if upcast else out.to(x.dtype)
+
+
+def program_map_ref(M: int, N: int, block_m: int, block_n: int, *, device="cpu") -> torch.Tensor:
+    """Which program owns each element of an ``[M, N]`` tensor tiled by ``block_m × block_n``."""
+    rows = torch.arange(M, device=device)[:, None] // block_m
+    cols = torch.arange(N, device=device)[None, :] // block_n
+    return (rows * triton.cdiv(N, block_n) + cols).to(torch.int32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Launchers
+# ----------------------------------------------------------------------------------------------
+
+
+def vector_add_fwd(x: torch.Tensor, y: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Launch the 1-D kernel; non-contiguous inputs are copied to contiguous first.
+
+    ``out`` (contiguous, x's shape and dtype) lets tests pass a NaN-poisoned buffer.
+    """
+    x_flat = x.contiguous().view(-1)  # [n]
+    y_flat = y.contiguous().view(-1)  # [n]
+    if out is None:
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    n = x_flat.numel()
+    grid = (triton.cdiv(n, VECTOR_BLOCK),)
+    _vector_add_kernel[grid](
+        x_flat, y_flat, out.view(-1), n, BLOCK=VECTOR_BLOCK, ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=NUM_WARPS
+    )
+    return out
+
+
+def add_2d_grid(M: int, N: int) -> tuple[int, int]:
+    """``(tiles down, tiles across)``: axis 0 takes the rows, whose grid limit is 2**31 - 1."""
+    return triton.cdiv(M, ADD_2D_BLOCK_M), triton.cdiv(N, ADD_2D_BLOCK_N)
+
+
+def add_2d_fwd(x: torch.Tensor, y: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Launch the 2-D kernel on the views as they are: their strides go to the kernel, no copy.
+
+    ``out`` may be any ``[M, N]`` tensor (tests pass a NaN-poisoned, even strided, buffer).
+    """
+    M, N = x.shape
+    if out is None:
+        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    _add_2d_kernel[add_2d_grid(M, N)](
+        x, y, out, M, N,
+        x.stride(0), x.stride(1),
+        y.stride(0), y.stride(1),
+        out.stride(0), out.stride(1),
+        BLOCK_M=ADD_2D_BLOCK_M, BLOCK_N=ADD_2D_BLOCK_N, ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=NUM_WARPS,
+    )  # fmt: skip
+    return out
+
+
+def program_map_fwd(M: int, N: int, block_m: int, block_n: int, device) -> torch.Tensor:
+    out = torch.empty((M, N), dtype=torch.int32, device=device)
+    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
+    _program_map_kernel[grid](out, M, N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=1)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Public ops
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_pair(x: object, y: object) -> torch.device:
+    runtime.check_tensor("x", x, dtypes=BASICS_DTYPES)
+    runtime.check_tensor("y", y, dtypes=BASICS_DTYPES)
+    device = runtime.check_same_device(x=x, y=y)
+    runtime.check_same_dtype(x=x, y=y)
+    runtime.check_same_shape(x=x, y=y)
+    return device
+
+
+def vector_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Return ``x + y`` computed by one 1-D Triton program per ``VECTOR_BLOCK`` elements.
+
+    Args:
+        x: float16, bfloat16 or float32 tensor of any shape (copied if not contiguous).
+        y: tensor with x's shape, dtype and device.
+
+    Returns:
+        A new contiguous tensor with x's shape and dtype; ``tfg.last_path("vector_add")`` tells
+        which path computed it.
+    """
+    device = _check_pair(x, y)
+    if x.numel() == 0:
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+    return runtime.dispatch(
+        "vector_add",
+        device=device,
+        kernel=lambda: vector_add_fwd(x, y),
+        reference=lambda: add_ref(x, y).contiguous(),
+        unsupported=runtime.bf16_unsupported(x.dtype, device),
+    )
+
+
+def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Return ``x + y`` for 2-D tensors of any strides, read in place (no ``.contiguous()`` copy).
+
+    Args:
+        x: 2-D float16, bfloat16 or float32 tensor; any strides (a transposed or sliced view).
+        y: tensor with x's shape, dtype and device; its strides may differ from x's.
+
+    Returns:
+        A new contiguous ``[M, N]`` tensor in x's dtype; ``tfg.last_path("add_2d")`` tells which
+        path computed it.
+    """
+    device = _check_pair(x, y)
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
+    if x.numel() == 0:
+        return torch.empty(tuple(x.shape), dtype=x.dtype, device=device)
+    return runtime.dispatch(
+        "add_2d",
+        device=device,
+        kernel=lambda: add_2d_fwd(x, y),
+        reference=lambda: add_ref(x, y).contiguous(),
+        unsupported=runtime.bf16_unsupported(x.dtype, device),
+    )
+
+
+def _check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def program_map(M: int, N: int, block_m: int, block_n: int, *, device="cpu") -> torch.Tensor:
+    """``[M, N]`` int32 tensor: element ``(i, j)`` holds the number of the program that wrote it.
+
+    The grid is ``cdiv(M, block_m) × cdiv(N, block_n)`` tiles, numbered row by row. Every
+    element is written by the kernel itself (the torch path computes the same numbers).
+
+    Args:
+        M, N: the tensor's shape (positive ints).
+        block_m, block_n: the tile shape, powers of two (``tl.arange`` needs them).
+        device: where to run (``env.device_type`` in a chapter).
+    """
+    for name, value in (("M", M), ("N", N), ("block_m", block_m), ("block_n", block_n)):
+        _check_positive_int(name, value)
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if value & (value - 1):
+            raise ValueError(f"{name} must be a power of two (tl.arange needs one), got {value}")
+    device = torch.device(device)
+    return runtime.dispatch(
+        "program_map",
+        device=device,
+        kernel=lambda: program_map_fwd(M, N, block_m, block_n, device),
+        reference=lambda: program_map_ref(M, N, block_m, block_n, device=device),
+    )
+
+
+def kernel_source(kernel) -> str:
+    """The Python source of a ``@triton.jit`` kernel (compiled or interpreted), for a chapter to show."""
+    return inspect.getsource(getattr(kernel, "fn", kernel))
+
+
+# ----------------------------------------------------------------------------------------------
+# The picture of a launch: which program touches which element (chapter 2's figure)
+# ----------------------------------------------------------------------------------------------
+
+
+def storage_map(view: torch.Tensor, base: torch.Tensor, values: torch.Tensor, fill: int = -1) -> torch.Tensor:
+    """Scatter ``values`` (one per element of the 2-D ``view``) to where those elements live in
+    ``base``'s memory: returns a tensor of base's shape, ``fill`` where the view has no element.
+
+    ``base`` must be contiguous and share its storage with ``view`` (``view = base.t()``,
+    ``base[:, ::2]``, ...). Offsets are ``storage_offset + i * stride_m + j * stride_n``.
+    """
+    if not base.is_contiguous():
+        raise ValueError("base must be contiguous: its memory order is the picture's reading order")
+    if view.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
+        raise ValueError("view must be a view of base (they share no storage)")
+    M, N = view.shape
+    rows = torch.arange(M)[:, None]
+    cols = torch.arange(N)[None, :]
+    offsets = view.storage_offset() - base.storage_offset() + rows * view.stride(0) + cols * view.stride(1)
+    flat = torch.full((base.numel(),), fill, dtype=values.dtype)
+    flat[offsets.reshape(-1)] = values.cpu().reshape(-1)
+    return flat.view(base.shape)
+
+
+def plot_program_map(
+    M: int,
+    N: int,
+    block_m: int,
+    block_n: int,
+    *,
+    device="cpu",
+    view: Optional[torch.Tensor] = None,
+    base: Optional[torch.Tensor] = None,
+    ax=None,
+    title: Optional[str] = None,
+):
+    """Draw which program writes each element of an ``[M, N]`` tensor (computed by the kernel).
+
+    Each program's tile gets a colour and its number; the parts of tiles that stick out past the
+    tensor (lanes the mask switches off) are hatched. With ``view`` and ``base`` a second panel
+    shows the same programs in ``base``'s memory (grey: memory the view does not use). Returns
+    the matplotlib figure (or ``ax``'s figure when ``ax`` is given).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Rectangle
+
+    pmap = program_map(M, N, block_m, block_n, device=device).cpu()
+    grid_m, grid_n = triton.cdiv(M, block_m), triton.cdiv(N, block_n)
+    programs = grid_m * grid_n
+    colours = plt.get_cmap("tab10").colors
+    cmap = ListedColormap([(0.85, 0.85, 0.85)] + [colours[p % len(colours)] for p in range(programs)])
+
+    panels = 2 if view is not None else 1
+    if ax is None:
+        fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
+        axes = list(axes[0])
+    else:
+        axes = [ax] if panels == 1 else list(ax)
+        fig = axes[0].figure
+
+    def draw(a, data, subtitle):
+        a.imshow((data + 1).numpy(), cmap=cmap, vmin=0, vmax=programs, interpolation="nearest")
+        a.set_xticks(range(data.shape[1]))
+        a.set_yticks(range(data.shape[0]))
+        a.tick_params(labelsize=6, length=0)
+        a.set_title(subtitle, fontsize=9)
+
+    draw(axes[0], pmap, title or f"[{M}, {N}] in {block_m}×{block_n} tiles: {programs} programs")
+    for pm in range(grid_m):
+        for pn in range(grid_n):
+            r0, c0 = pm * block_m, pn * block_n
+            axes[0].add_patch(Rectangle((c0 - 0.5, r0 - 0.5), block_n, block_m, fill=False, lw=1.5, ec="black"))
+            # the masked-off part of the tile, outside the tensor
+            if r0 + block_m > M or c0 + block_n > N:
+                for r in range(r0, r0 + block_m):
+                    for c in range(c0, c0 + block_n):
+                        if r >= M or c >= N:
+                            axes[0].add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, hatch="///", lw=0, ec="0.5"))
+            rm = (r0 + min(r0 + block_m, M)) / 2 - 0.5
+            cm = (c0 + min(c0 + block_n, N)) / 2 - 0.5
+            axes[0].text(cm, rm, f"P{pm * grid_n + pn}", ha="center", va="center", fontsize=8, weight="bold")
+    axes[0].set_xlim(-0.5, grid_n * block_n - 0.5)
+    axes[0].set_ylim(grid_m * block_m - 0.5, -0.5)
+    axes[0].set_xlabel("column j  (hatched: masked off)", fontsize=8)
+    axes[0].set_ylabel("row i", fontsize=8)
+    if view is not None:
+        if base is None:
+            raise ValueError("pass base (the contiguous tensor the view looks into) with view")
+        if tuple(view.shape) != (M, N):
+            raise ValueError(f"view has shape {tuple(view.shape)}, expected ({M}, {N})")
+        memory = storage_map(view, base, pmap)
+        draw(axes[1], memory, f"the same elements in memory (base [{base.shape[0]}, {base.shape[1]}])")
+        for p in range(programs):
+            where = (memory == p).nonzero().float()
+            if len(where):
+                r, c = where.mean(0).tolist()
+                axes[1].text(c, r, f"P{p}", ha="center", va="center", fontsize=8, weight="bold")
+        axes[1].set_xlabel(
+            f"address order: along a row, then down\nview strides ({view.stride(0)}, {view.stride(1)}); grey: not in the view",
+            fontsize=8,
+        )
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# Inside the compiled kernel (GPU): IR at every stage, registers, spills, shared memory
+# ----------------------------------------------------------------------------------------------
+
+STAGES = ("ttir", "ttgir", "llir", "ptx")
+STAGE_NAMES = {"ttir": "Triton IR", "ttgir": "TritonGPU IR", "llir": "LLVM IR", "ptx": "PTX"}
+DEFAULT_RESULTS_DIR = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+MAX_IR_CHARS = 60_000  # per stage in a recording; these kernels need a tenth of it
+RECORD_COMMAND = "python scripts/record_compile.py"
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """A kernel launch spelled out: ``kernel[grid](*args, **constexprs, num_warps=num_warps)``."""
+
+    kernel: object
+    grid: tuple
+    args: tuple
+    constexprs: dict
+    num_warps: int
+
+    def __call__(self):
+        """Launch; Triton returns the ``CompiledKernel`` it compiled (or found in its cache)."""
+        return self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileVariant:
+    """One specialization of a chapter kernel to compile and read."""
+
+    kernel: str  # "vector_add" | "add_2d"
+    name: str  # short key, unique per kernel
+    description: str  # a sentence for the reader
+    make: Callable[[str], Launch]  # device -> the launch (inputs allocated on that device)
+
+
+def _vector_add_launch(n: int, dtype: torch.dtype) -> Callable[[str], Launch]:
+    def make(device: str) -> Launch:
+        x = torch.randn(n, device=device).to(dtype)
+        y = torch.randn(n, device=device).to(dtype)
+        out = torch.empty_like(x)
+        grid = (triton.cdiv(n, VECTOR_BLOCK),)
+        return Launch(_vector_add_kernel, grid, (x, y, out, n), {"BLOCK": VECTOR_BLOCK, "ROUND_BF16": False}, NUM_WARPS)
+
+    return make
+
+
+def _add_2d_launch(layout: str, M: int = 1024, N: int = 1024) -> Callable[[str], Launch]:
+    def make(device: str) -> Launch:
+        if layout == "contiguous":
+            x = torch.randn(M, N, device=device)
+        elif layout == "transposed":
+            x = torch.randn(N, M, device=device).t()  # strides (1, M)
+        elif layout == "every-other-column":
+            x = torch.randn(M, 2 * N, device=device)[:, ::2]  # strides (2N, 2)
+        else:
+            raise ValueError(f"unknown layout {layout!r}")
+        y = torch.randn(M, N, device=device)
+        out = torch.empty(M, N, device=device)
+        args = (x, y, out, M, N, x.stride(0), x.stride(1), y.stride(0), y.stride(1), out.stride(0), out.stride(1))
+        constexprs = {"BLOCK_M": ADD_2D_BLOCK_M, "BLOCK_N": ADD_2D_BLOCK_N, "ROUND_BF16": False}
+        return Launch(_add_2d_kernel, add_2d_grid(M, N), args, constexprs, NUM_WARPS)
+
+    return make
+
+
+def compile_variants() -> list[CompileVariant]:
+    """The chapter's kernels, each launched so that the compiler specializes it differently.
+
+    Triton specializes every launch on its arguments: an integer equal to 1 becomes a constant,
+    integers and pointers divisible by 16 are marked so. Those facts decide how wide the loads
+    can be, so the same source compiles to different machine code.
+    """
+    return [
+        CompileVariant("vector_add", "fp32, n % 16 == 0", "float32, n = 2**20: every block is whole and 16-byte aligned",
+                       _vector_add_launch(2**20, torch.float32)),
+        CompileVariant("vector_add", "fp32, n % 16 != 0", "float32, n = 2**20 + 1: the compiler cannot prove 4 neighbours share a mask bit",
+                       _vector_add_launch(2**20 + 1, torch.float32)),
+        CompileVariant("vector_add", "fp16, n % 16 == 0", "float16, n = 2**20: same 16 bytes per load, now 8 elements",
+                       _vector_add_launch(2**20, torch.float16)),
+        CompileVariant("add_2d", "contiguous", "x, y, out row-major [1024, 1024]: stride_n = 1 for all three",
+                       _add_2d_launch("contiguous")),
+        CompileVariant("add_2d", "x transposed", "x = base.t(): stride_m = 1, stride_n = 1024; y and out row-major",
+                       _add_2d_launch("transposed")),
+        CompileVariant("add_2d", "x every other column", "x = base[:, ::2]: stride_n = 2",
+                       _add_2d_launch("every-other-column")),
+    ]  # fmt: skip
+
+
+_LOC_SUFFIX = re.compile(r"\s+loc\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)")
+_MEMORY_OP = re.compile(r"\b(?:ld|st)\.global(?:\.[a-z0-9]+)*")
+
+
+def clean_ir(stage: str, text: str) -> str:
+    """Drop debug-location noise so that the IR reads like code (MLIR ``loc(...)``, PTX ``.loc``,
+    LLVM ``!dbg`` and metadata lines, DWARF sections)."""
+    lines = []
+    for line in text.splitlines():
+        if stage in ("ttir", "ttgir"):
+            if line.startswith("#loc"):
+                continue
+            line = _LOC_SUFFIX.sub("", line)
+        elif stage == "llir":
+            if line.startswith("!") or line.startswith("declare void @llvm.dbg"):
+                continue
+            line = re.sub(r", !dbg !\d+", "", line)
+            line = re.sub(r" !dbg !\d+", "", line)
+        elif stage == "ptx":
+            stripped = line.strip()
+            if stripped.startswith(".loc") or stripped.startswith(".file") or stripped.startswith("$L__"):
+                continue
+            if stripped.startswith(".section") and "debug" in stripped:
+                break  # the DWARF sections run to the end of the file
+        lines.append(line.rstrip())
+    return "\n".join(lines).strip() + "\n"
+
+
+def memory_ops(ptx: str) -> dict[str, int]:
+    """Count global loads and stores by opcode, e.g. ``{"ld.global.v4.b32": 4, ...}``."""
+    return dict(sorted(collections.Counter(_MEMORY_OP.findall(ptx)).items()))
+
+
+def vector_width_bytes(opcode: str) -> int:
+    """Bytes one thread moves with one instruction: ``ld.global.v4.b32`` -> 16, ``ld.global.b16`` -> 2."""
+    vec = re.search(r"\.v(\d)\b", opcode)
+    bits = re.search(r"\.[bfsu](\d+)\b", opcode)
+    return (int(vec.group(1)) if vec else 1) * (int(bits.group(1)) // 8 if bits else 0)
+
+
+def describe_compiled(compiled) -> dict:
+    """What a ``CompiledKernel`` says about itself: IR per stage (cleaned), memory instructions,
+    registers and spills per thread (``None`` until the kernel is loaded on a GPU), shared
+    memory in bytes, warps and pipeline stages."""
+    md = compiled.metadata
+    ir = {}
+    for stage in STAGES:
+        text = compiled.asm.get(stage) if hasattr(compiled.asm, "get") else None
+        if isinstance(text, str):
+            ir[stage] = clean_ir(stage, text)[:MAX_IR_CHARS]
+    return {
+        "kernel_name": getattr(md, "name", getattr(compiled, "name", None)),
+        "n_regs": getattr(compiled, "n_regs", None),
+        "n_spills": getattr(compiled, "n_spills", None),
+        "shared_bytes": getattr(md, "shared", None),
+        "num_warps": getattr(md, "num_warps", None),
+        "num_stages": getattr(md, "num_stages", None),
+        "memory_ops": memory_ops(ir.get("ptx", "")),
+        "ir": ir,
+    }
+
+
+def device_slug(name: str) -> str:
+    """``"NVIDIA H200"`` -> ``"nvidia-h200"`` (file names)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def compile_metadata(*, device_name: str, compute_capability: Optional[str], offline: bool = False) -> dict:
+    """Where and when a recording was made: device, versions, date."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return {
+        "kind": "compile",
+        "device": device_name,
+        "compute_capability": compute_capability,
+        "offline": offline,
+        "torch": torch.__version__,
+        "triton": getattr(triton, "__version__", None),
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "date": now.strftime("%Y-%m-%d"),
+        "created": now.isoformat(timespec="seconds"),
+    }
+
+
+def record_variant(variant: CompileVariant, device: str = "cuda") -> dict:
+    """Launch one variant on a GPU and describe the kernel it compiled."""
+    compiled = variant.make(device)()
+    if getattr(compiled, "n_regs", None) is None and hasattr(compiled, "_init_handles"):
+        compiled._init_handles()  # loads the binary, which is when the driver reports registers
+    return {"kernel": variant.kernel, "name": variant.name, "description": variant.description, **describe_compiled(compiled)}
+
+
+@dataclasses.dataclass
+class CompileRecords:
+    """Compiled-kernel readings for the chapter: live, recorded, or none (``available`` False)."""
+
+    variants: list[dict]
+    metadata: dict
+    live: bool = False
+    note: str = ""
+    source: str = ""  # where the readings were read from (files), if anywhere
+
+    @property
+    def available(self) -> bool:
+        return bool(self.variants)
+
+    @property
+    def provenance(self) -> str:
+        if not self.available:
+            return self.note
+        md = self.metadata
+        versions = f"torch {md.get('torch')}, triton {md.get('triton')}"
+        cc = f", sm_{md['compute_capability'].replace('.', '')}" if md.get("compute_capability") else ""
+        if self.live:
+            return f"live: compiled and launched just now on {md.get('device')}{cc} ({versions})"
+        if md.get("offline"):
+            return (
+                f"compiled without a GPU for sm_{md.get('compute_capability', '?').replace('.', '')}, nothing launched "
+                f"({versions}, {md.get('date')}); registers read from the binary"
+            )
+        where = f"\nread from {self.source}" if self.source else ""
+        return f"recorded on {md.get('device')}{cc}, {md.get('date')} ({versions}){where}"
+
+    def get(self, kernel: str, name: str) -> Optional[dict]:
+        for v in self.variants:
+            if v["kernel"] == kernel and v["name"] == name:
+                return v
+        return None
+
+    def excerpt(
+        self,
+        kernel: str,
+        name: str,
+        stage: str,
+        pattern: Optional[str] = None,
+        *,
+        context: int = 0,
+        max_lines: int = 40,
+    ) -> str:
+        """Lines of one stage's IR: all of it, or those matching ``pattern`` (a regex) with
+        ``context`` lines around each; at most ``max_lines``. A sentence instead when there is
+        no reading."""
+        v = self.get(kernel, name)
+        if v is None:
+            return f"(no reading of {kernel} [{name}]: {self.note or 'not in this recording'})"
+        lines = []
+        for line in v["ir"].get(stage, "").splitlines():
+            if stage in ("ttir", "ttgir") and "tt.func" in line and len(line) > 100:
+                indent = " " * (len(line) - len(line.lstrip()) + 4)  # one argument per line
+                lines.extend(line.replace(", %", ",\n" + indent + "%").splitlines())
+            else:
+                lines.append(line)
+        if pattern is not None:
+            keep = set()
+            for i, line in enumerate(lines):
+                if re.search(pattern, line):
+                    keep.update(range(max(0, i - context), min(len(lines), i + context + 1)))
+            picked, last = [], None
+            for i in sorted(keep):
+                if last is not None and i != last + 1:
+                    picked.append("    ...")
+                picked.append(lines[i])
+                last = i
+            lines = picked
+        if len(lines) > max_lines:
+            lines = lines[:max_lines] + [f"    ... ({len(lines) - max_lines} more lines)"]
+        return "\n".join(lines) if lines else f"(nothing in the {STAGE_NAMES.get(stage, stage)} matches {pattern!r})"
+
+    def summary(self, kernel: Optional[str] = None) -> str:
+        """One line per variant: registers, spills, shared memory, global memory instructions."""
+        if not self.available:
+            return self.note
+        rows = [("kernel", "variant", "regs", "spills", "shared B", "global loads / stores in the PTX")]
+        for v in self.variants:
+            if kernel is not None and v["kernel"] != kernel:
+                continue
+            ops = ", ".join(f"{count}× {op}" for op, count in v["memory_ops"].items()) or "-"
+            rows.append((
+                v["kernel"], v["name"],
+                "-" if v.get("n_regs") is None else str(v["n_regs"]),
+                _spills(v),
+                "-" if v.get("shared_bytes") is None else str(v["shared_bytes"]),
+                ops,
+            ))  # fmt: skip
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
+
+
+def _spills(variant: dict) -> str:
+    if variant.get("n_spills") is not None:
+        return str(variant["n_spills"])
+    if variant.get("local_bytes") == 0:
+        return "0"  # no local memory at all, so nothing was spilled to it
+    return "-"
+
+
+def record_compilation(device: str = "cuda", kernels: Optional[Sequence[str]] = None) -> CompileRecords:
+    """Compile and read every variant on this GPU now (the chapter's live path)."""
+    dev = torch.device(device)
+    major, minor = torch.cuda.get_device_capability(dev)
+    metadata = compile_metadata(device_name=torch.cuda.get_device_name(dev), compute_capability=f"{major}.{minor}")
+    variants = [record_variant(v, device) for v in compile_variants() if kernels is None or v.kernel in kernels]
+    return CompileRecords(variants=variants, metadata=metadata, live=True)
+
+
+def write_compile_records(records: CompileRecords, directory=DEFAULT_RESULTS_DIR) -> list[pathlib.Path]:
+    """One JSON file per kernel: ``compile-<kernel>-<device>-<date>.json``."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for kernel in dict.fromkeys(v["kernel"] for v in records.variants):
+        md = {**records.metadata, "kernel": kernel}
+        path = directory / f"compile-{kernel.replace('_', '-')}-{device_slug(md['device'])}-{md['date']}.json"
+        body = {"metadata": md, "variants": [v for v in records.variants if v["kernel"] == kernel]}
+        path.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def load_compile_records(directory=DEFAULT_RESULTS_DIR, *, include_offline: bool = False) -> CompileRecords:
+    """The newest recording of each kernel in ``directory``; empty (with a note) if there is none.
+
+    Recordings made on a GPU are preferred; offline compilations (no device, no register counts)
+    are used only with ``include_offline``.
+    """
+    directory = pathlib.Path(directory)
+    newest: dict[str, tuple[tuple, dict, str]] = {}
+    for path in sorted(directory.glob("compile-*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            md = data["metadata"]
+            if md.get("kind") != "compile" or not isinstance(data.get("variants"), list):
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if md.get("offline") and not include_offline:
+            continue
+        key = (not md.get("offline"), md.get("created", ""), path.name)
+        kernel = md.get("kernel", path.name)
+        if kernel not in newest or key > newest[kernel][0]:
+            newest[kernel] = (key, data, path.name)
+    if not newest:
+        return CompileRecords(
+            variants=[],
+            metadata={},
+            note=(
+                f"No compiled-kernel recording yet: {directory.name}/ has no compile-*.json. "
+                f"On a CUDA machine, `{RECORD_COMMAND}` records one; on a GPU this chapter "
+                "compiles the kernels live instead."
+            ),
+        )
+    datas = [d for _, d, _ in newest.values()]
+    metadata = dict(datas[0]["metadata"])
+    metadata.pop("kernel", None)
+    files = ", ".join(f"{directory.parent.name}/{directory.name}/{name}" for _, _, name in newest.values())
+    return CompileRecords(
+        variants=[v for d in datas for v in d["variants"]],
+        metadata=metadata,
+        live=False,
+        source=files,
+    )
+
+
+# -- Compiling without a GPU ---------------------------------------------------------------------
+# Triton's compiler needs no GPU: given a target (say sm_90) it produces every stage down to the
+# cubin on any Linux machine. A launch is not possible, so the arguments' specialization is spelled
+# out by hand, the way JITFunction.run would derive it.
+
+_POINTER_TYPES = {"float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16", "float64": "*fp64", "int32": "*i32"}
+
+
+def offline_compile(launch: Launch, arch: int):
+    """Compile ``launch`` for ``sm_<arch>`` without a device (needs ``TRITON_INTERPRET=0``).
+
+    Specialization as in a real launch: ints equal to 1 become constants; pointers and ints
+    divisible by 16 get ``tt.divisibility = 16``.
+    """
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = launch.kernel
+    values = dict(zip(fn.arg_names, launch.args))
+    values.update(launch.constexprs)
+    signature, constexprs, attrs = {}, {}, {}
+    divisible = [["tt.divisibility", 16]]
+    for i, name in enumerate(fn.arg_names):
+        value = values[name]
+        if name in launch.constexprs:
+            signature[name], constexprs[name] = "constexpr", value
+        elif isinstance(value, torch.Tensor):
+            signature[name] = _POINTER_TYPES[str(value.dtype).replace("torch.", "")]
+            if value.data_ptr() % 16 == 0:
+                attrs[(i,)] = divisible
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"offline compile: unsupported argument {name}={value!r}")
+        elif value == 1:
+            signature[name], constexprs[name] = "constexpr", 1
+        else:
+            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+            if value % 16 == 0:
+                attrs[(i,)] = divisible
+    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": launch.num_warps})
+
+
+def cubin_resources(cubin: bytes) -> dict:
+    """Registers, local memory (where spills go) and static shared memory per thread/block, read
+    from the binary with the ``cuobjdump`` that ships with Triton; ``{}`` if it cannot."""
+    import os
+    import subprocess
+    import tempfile
+
+    exe = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not exe.exists():
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        try:
+            out = subprocess.run([str(exe), "--dump-resource-usage", path], capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError):
+            return {}
+    found = dict(re.findall(r"\b(REG|LOCAL|SHARED|STACK):(\d+)", out))
+    return {key.lower(): int(value) for key, value in found.items()}
+
+
+def offline_records(arch: int) -> CompileRecords:
+    """Every variant compiled for ``sm_<arch>`` here, without a GPU (call with the interpreter off)."""
+    major, minor = divmod(arch, 10)
+    metadata = compile_metadata(device_name=f"no GPU (offline compile for sm_{arch})", compute_capability=f"{major}.{minor}", offline=True)
+    variants = []
+    for v in compile_variants():
+        compiled = offline_compile(v.make("cpu"), arch)
+        info = describe_compiled(compiled)
+        resources = cubin_resources(compiled.asm.get("cubin", b""))
+        info["n_regs"] = resources.get("reg")
+        info["local_bytes"] = resources.get("local")  # 0: no register spills
+        variants.append({"kernel": v.kernel, "name": v.name, "description": v.description, **info})
+    return CompileRecords(variants=variants, metadata=metadata)
+
+
+def _git_commit() -> Optional[str]:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=DEFAULT_RESULTS_DIR.parents[1], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = out.stdout.strip()
+    return commit if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", commit) else None
+
+
+def record_main(argv: Sequence[str]) -> int:
+    """``scripts/record_compile.py [DIRECTORY] [--offline-arch SM]``: record and write the JSON."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="record_compile.py", description="Record what chapter 2's kernels compile to.")
+    parser.add_argument("directory", nargs="?", default=str(DEFAULT_RESULTS_DIR), help="where to write (default: benchmarks/results/)")
+    parser.add_argument("--offline-arch", type=int, default=None, metavar="SM", help="compile for sm_SM (e.g. 90) without a GPU")
+    args = parser.parse_args(list(argv))
+    if not runtime.triton_available():
+        print(f"Triton is not importable: {runtime._triton.TRITON_IMPORT_ERROR}", file=sys.stderr)
+        return 2
+    if args.offline_arch is None and not torch.cuda.is_available():
+        print("no CUDA GPU here: run on a GPU machine, or pass --offline-arch 90 to compile without one", file=sys.stderr)
+        return 2
+    if runtime.interpreting():
+        print("TRITON_INTERPRET=1 is set: unset it (or set it to 0) so that the kernels are compiled", file=sys.stderr)
+        return 2
+    records = offline_records(args.offline_arch) if args.offline_arch is not None else record_compilation()
+    records.metadata["git_commit"] = _git_commit()
+    records.metadata["command"] = " ".join(["python scripts/record_compile.py", *argv])
+    print(records.provenance)
+    print(records.summary())
+    for path in write_compile_records(records, args.directory):
+        print("wrote", path)
+    return 0
+
+
+def _compile_offline_in_subprocess(arch: int, timeout: float = 300) -> CompileRecords:
+    """Run :func:`record_main` with ``--offline-arch`` in a fresh Python with the interpreter off
+    (this process interprets, so its kernels cannot be compiled) and load what it wrote."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        code = f"import sys; from tritonforge.basics import record_main; sys.exit(record_main([{tmp!r}, '--offline-arch', '{arch}']))"
+        env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION=os.environ.get("TRITON_DEFAULT_FP_FUSION", "1"))
+        try:
+            proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return CompileRecords([], {}, note=f"could not compile offline: {type(exc).__name__}: {exc}")
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+            return CompileRecords([], {}, note=f"could not compile offline: {last}")
+        return load_compile_records(tmp, include_offline=True)
+
+
+def compile_records_for_chapter(live: bool, directory=DEFAULT_RESULTS_DIR, *, offline_arch: Optional[int] = 90) -> CompileRecords:
+    """The chapter's readings, best first:
+
+    1. ``live=True`` (the triton path): compile and launch on this GPU now;
+    2. a recording from a GPU in ``directory`` (``scripts/record_compile.py``);
+    3. no recording: compile here without a GPU for ``sm_<offline_arch>`` (the H200's sm_90 by
+       default) in a subprocess — the IR and registers are real, nothing runs;
+    4. none of these (no Triton, say): empty records whose ``note`` says how to get some.
+    """
+    if live:
+        return record_compilation()
+    records = load_compile_records(directory)
+    if records.available or offline_arch is None or not runtime.triton_available():
+        return records
+    offline = _compile_offline_in_subprocess(offline_arch)
+    if offline.available:
+        offline.note = records.note
+        return offline
+    offline.note = records.note + " " + offline.note
+    return offline
