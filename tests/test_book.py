@@ -83,7 +83,7 @@ def test_toc_lists_existing_files_and_every_chapter():
     for chapter in CHAPTERS:
         assert str(chapter.relative_to(ROOT).with_suffix("")) in listed, f"{chapter.name} is not in _toc.yml"
     captions = [part["caption"] for part in TOC["parts"]]
-    assert captions == ["Foundations", "Kernels", "Production", "Exercises"]
+    assert captions == ["Foundations", "Kernels", "Production", "Exercises", "Back matter"]
 
 
 def test_build_executes_notebooks_and_fails_on_errors():
