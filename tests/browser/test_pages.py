@@ -119,8 +119,12 @@ def _unavailable(reason: str):
 
 
 def _chromium() -> str | None:
-    candidates = [os.environ.get("TRITONFORGE_CHROMIUM"), "/usr/bin/chromium"]
-    candidates += [shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")]
+    """Debian's Chromium, or the browser TRITONFORGE_CHROMIUM names (then only that one)."""
+    if os.environ.get("TRITONFORGE_CHROMIUM"):
+        candidates = [os.environ["TRITONFORGE_CHROMIUM"]]
+    else:
+        candidates = ["/usr/bin/chromium"]
+        candidates += [shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")]
     return next((c for c in candidates if c and Path(c).is_file()), None)
 
 
@@ -227,8 +231,12 @@ _READ_PAGE = """async () => {
     mathUnrendered: [...document.querySelectorAll('.math')]
         .filter(el => !el.querySelector('mjx-container')).map(el => el.textContent.trim().slice(0, 80)),
     mathRendered: document.querySelectorAll('mjx-container').length,
-    mathErrors: [...document.querySelectorAll('mjx-merror, [data-mjx-error]')]
-        .map(el => el.getAttribute('data-mjx-error') || el.textContent.slice(0, 80)),
+    // TeX that MathJax could not parse becomes <merror>; an undefined macro is set in red.
+    mathErrors: window.MathJax && MathJax.startup && MathJax.startup.document
+        ? Array.from(MathJax.startup.document.math)
+            .filter(item => /<merror|<mtext mathcolor="red">\\\\/.test(MathJax.startup.toMML(item.root)))
+            .map(item => item.math.slice(0, 80))
+        : [],
     widgets: document.querySelectorAll(
         'script[type="application/vnd.jupyter.widget-view+json"], .jupyter-widgets').length,
     visibleText: visible.textContent,
@@ -356,6 +364,6 @@ def test_page_as_a_reader_sees_it(page, book_url, browser_context):
         "math_rendered": seen["mathRendered"],
         "external_links": sorted({h for h in links if not h.startswith(book_url) and "://" in h}),
         "colab": colab_links,
-        "problems": problems,
+        "problems": list(dict.fromkeys(problems)),
     }
     assert not problems, f"{page}:\n  " + "\n  ".join(problems)
