@@ -227,7 +227,6 @@ _READ_PAGE = """async () => {
                                               ok: img.complete && img.naturalWidth > 0})),
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
     scripts: [...document.scripts].map(s => s.src).filter(Boolean),
-    mathElements: document.querySelectorAll('.math').length,
     mathUnrendered: [...document.querySelectorAll('.math')]
         .filter(el => !el.querySelector('mjx-container')).map(el => el.textContent.trim().slice(0, 80)),
     mathRendered: document.querySelectorAll('mjx-container').length,
@@ -244,7 +243,7 @@ _READ_PAGE = """async () => {
 }"""
 
 
-def _check_link(href: str, base: str, page: str) -> str | None:
+def _check_link(href: str, base: str) -> str | None:
     """Why a same-site link is broken, or None when it resolves."""
     parts = urlsplit(href)
     path = posixpath.normpath(unquote(parts.path))
@@ -275,7 +274,7 @@ def test_page_as_a_reader_sees_it(page, book_url, browser_context):
     redirect = _REDIRECT.match((HTML / page).read_text(encoding="utf-8")) if PAGES else None
     if redirect:  # index.html: Jupyter Book's bare redirect to the root page
         target = posixpath.join(posixpath.dirname(page), redirect.group(1))
-        assert _check_link(book_url + target, book_url, page) is None, f"{page} redirects to a missing {target}"
+        assert _check_link(book_url + target, book_url) is None, f"{page} redirects to a missing {target}"
         REPORT[page] = {"redirect": target}
         return
     started = time.perf_counter()
@@ -333,7 +332,7 @@ def test_page_as_a_reader_sees_it(page, book_url, browser_context):
     links = list(dict.fromkeys(seen["links"]))
     for href in links:
         if href.startswith(book_url):
-            problem = _check_link(href, book_url, page)
+            problem = _check_link(href, book_url)
             if problem:
                 problems.append(problem)
         elif href.startswith("file:"):
