@@ -3,7 +3,8 @@
 For decode-sized inputs the kernel itself runs in a few microseconds; what a caller waits for is
 the Python work around the launch. This script measures, for each implementation:
   host µs/call   - wall time of 2000 back-to-back calls, one synchronize at the end;
-  device µs/call - time of the same call replayed from a CUDA graph (no Python at all).
+  device µs/call - time of the same call replayed from a CUDA graph (no Python at all);
+  do_bench µs    - what the harness reports (triton.testing.do_bench median, L2 cleared per rep).
 and prints the top entries of a cProfile of our own call. Usage: python benchmarks/host_overhead.py [out.json]
 """
 
@@ -16,8 +17,9 @@ import time
 
 import torch
 
-import tritonforge as tfg
+import tritonforge as tfg  # noqa: I001 (first: it decides the interpreter flag before triton)
 from tritonforge import bench
+import triton.testing
 
 assert torch.cuda.is_available(), "needs a CUDA GPU"
 EPS = 1e-6
@@ -67,6 +69,7 @@ for dtype in (torch.bfloat16, torch.float32):
             call = lambda: fn(x, w, EPS)  # noqa: E731
             try:
                 row = {"impl": name, "dtype": str(dtype)[6:], "shape": [m, n], "host_us": host_us(call)}
+                row["do_bench_us"] = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
                 try:
                     row["graph_us"] = graph_us(call)
                 except Exception as exc:  # noqa: BLE001
@@ -76,7 +79,8 @@ for dtype in (torch.bfloat16, torch.float32):
                 row = {"impl": name, "dtype": str(dtype)[6:], "shape": [m, n], "error": f"{type(exc).__name__}: {exc}"[:300]}
             rows.append(row)
             g = row.get("graph_us")
-            print(f"{row['dtype']:9} {m:>5}x{n:<5} {name:14} host {row.get('host_us', float('nan')):8.1f} us/call   graph {g if g is None else round(g, 1)}")
+            print(f"{row['dtype']:9} {m:>5}x{n:<5} {name:14} host {row.get('host_us', float('nan')):8.1f} us/call   "
+                  f"graph {g if g is None else round(g, 1)}   do_bench {row.get('do_bench_us', float('nan')):8.1f}")
 
 x, w = bench.rmsnorm_inputs(1, 8192, torch.bfloat16, "cuda")
 profiler = cProfile.Profile()

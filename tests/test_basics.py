@@ -187,7 +187,7 @@ def test_plot_program_map_draws_two_panels():
     import matplotlib
 
     matplotlib.use("Agg")
-    base = torch.zeros(6, 16)
+    base = torch.zeros(6, 16, device="cuda" if torch.cuda.is_available() else "cpu")  # where kernels run
     fig = basics.plot_program_map(6, 8, 4, 4, view=base[:, ::2], base=base)
     assert len(fig.axes) == 2
     import matplotlib.pyplot as plt

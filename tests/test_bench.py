@@ -456,3 +456,19 @@ def test_profile_maps_eager_kernels_to_aten_ops_on_gpu():
     assert row["status"] == "ok", row["note"]
     assert row["kernel_count"] >= 2 and len(row["kernels"]) == row["kernel_count"]
     assert row["hbm_passes"] is not None and 1 <= row["hbm_passes"] <= row["kernel_count"]
+
+
+def test_recorded_results_ship_with_the_package(tmp_path, monkeypatch):
+    """Outside a checkout (Colab's pip install) the default folder resolves to the packaged copy."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    config = tomllib.loads((bench.REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"]["tritonforge.recorded"] == bench.DEFAULT_RESULTS_DIR
+    assert "*.json" in config["package-data"]["tritonforge.recorded"]
+    packaged = tmp_path / "site" / "tritonforge" / "recorded"
+    packaged.mkdir(parents=True)
+    monkeypatch.setattr(bench, "REPO_ROOT", tmp_path / "no-checkout")
+    monkeypatch.setattr(bench, "PACKAGED_RESULTS", packaged)
+    monkeypatch.chdir(tmp_path)
+    assert bench.results_directory() == packaged
+    assert bench.results_directory("elsewhere") == tmp_path / "no-checkout" / "elsewhere"

@@ -419,3 +419,18 @@ def test_gpu_gradcheck_fp64(shape):
     x, weight = _inputs(shape, torch.float64, "cuda", requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: rms_norm(a, b), (x, weight), fast_mode=True)
     assert runtime.last_path("rms_norm") == "triton"
+
+
+def test_autograd_only_when_a_gradient_can_be_asked_for(device):
+    """Without requires_grad (or under no_grad) the call skips the autograd.Function (host time);
+    with it, the output carries the Function's backward."""
+    x = torch.randn(4, 33, device=device)
+    w = torch.randn(33, device=device)
+    plain = rms_norm(x, w)
+    assert plain.grad_fn is None
+    x.requires_grad_(True)
+    with torch.no_grad():
+        assert rms_norm(x, w).grad_fn is None
+    tracked = rms_norm(x, w)
+    assert tracked.grad_fn is not None and "RMSNormFunction" in type(tracked.grad_fn).__name__
+    torch.testing.assert_close(tracked.detach(), plain)

@@ -6,6 +6,7 @@ interpreter on (``TRITON_INTERPRET=1``), which only works if it happens before `
 
 from tritonforge import _triton  # noqa: F401  (first: decides TRITON_INTERPRET, imports triton)
 from tritonforge.axpy import axpy
+from tritonforge.basics import add_2d, program_map, vector_add
 from tritonforge.rms_norm import rms_norm
 from tritonforge.runtime import (
     FallbackError,
@@ -22,6 +23,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "axpy",
+    "vector_add",
+    "add_2d",
+    "program_map",
     "rms_norm",
     "environment",
     "last_path",

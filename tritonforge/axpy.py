@@ -22,7 +22,7 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import cast_for_store, round_bf16_by_hand
+from tritonforge.kernel_utils import CachedLauncher, cast_for_store, round_bf16_by_hand
 from tritonforge.reference import axpy_ref
 
 AXPY_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -48,6 +48,9 @@ def _axpy_kernel(
     tl.store(out_ptr + offsets, cast_for_store(out, out_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
+_launch_axpy = CachedLauncher(_axpy_kernel)
+
+
 def axpy_fwd(alpha: float, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Launch the kernel. Non-contiguous inputs are copied to contiguous first.
 
@@ -61,7 +64,7 @@ def axpy_fwd(alpha: float, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor |
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     n = x_flat.numel()
     grid = (triton.cdiv(n, BLOCK_SIZE),)
-    _axpy_kernel[grid](x_flat, y_flat, out.view(-1), float(alpha), n, BLOCK=BLOCK_SIZE, ROUND_BF16=round_bf16_by_hand(x.dtype))
+    _launch_axpy(grid, x_flat, y_flat, out.view(-1), float(alpha), n, BLOCK=BLOCK_SIZE, ROUND_BF16=round_bf16_by_hand(x.dtype))
     return out
 
 

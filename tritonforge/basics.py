@@ -724,6 +724,10 @@ def load_compile_records(directory=DEFAULT_RESULTS_DIR, *, include_offline: bool
     Recordings made on a GPU are preferred; offline compilations (no device, no register counts)
     are used only with ``include_offline``.
     """
+    if directory == DEFAULT_RESULTS_DIR:  # outside a checkout (Colab), the copy in the package
+        from tritonforge.bench import results_directory
+
+        directory = results_directory()
     directory = pathlib.Path(directory)
     newest: dict[str, tuple[tuple, dict, str]] = {}
     for path in sorted(directory.glob("compile-*.json")):

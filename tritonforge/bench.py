@@ -930,8 +930,14 @@ def read_results(path) -> Results:
     return Results(metadata=data["metadata"], rows=data["rows"], path=str(path))
 
 
+PACKAGED_RESULTS = Path(__file__).resolve().parent / "recorded"
+"""Where a wheel install (``pip install git+...`` in Colab) keeps ``benchmarks/results``:
+``pyproject.toml`` ships that folder as the package data ``tritonforge/recorded``."""
+
+
 def results_directory(directory=DEFAULT_RESULTS_DIR) -> Path:
-    """``directory`` as given if it exists, else the same path under the repository root.
+    """``directory`` as given if it exists, else the same path under the repository root, else
+    (for the default folder outside a checkout, e.g. in Colab) the copy shipped in the package.
 
     Chapters execute inside ``chapters/``, so the default relative path is resolved against the
     checkout that holds this package.
@@ -939,7 +945,10 @@ def results_directory(directory=DEFAULT_RESULTS_DIR) -> Path:
     path = Path(directory)
     if path.is_dir() or path.is_absolute():
         return path
-    return REPO_ROOT / path
+    in_checkout = REPO_ROOT / path
+    if not in_checkout.is_dir() and path == Path(DEFAULT_RESULTS_DIR) and PACKAGED_RESULTS.is_dir():
+        return PACKAGED_RESULTS
+    return in_checkout
 
 
 def load_results(suite: Optional[str] = None, directory=DEFAULT_RESULTS_DIR) -> Results:

@@ -36,6 +36,8 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import triton
+from tritonforge.kernel_utils import round_bf16_by_hand
+from tritonforge.reference import rms_norm_ref
 
 # ----------------------------------------------------------------------------------------------
 # The mechanism
@@ -533,8 +535,420 @@ def check_row_max(kernel, *, seed: Optional[int] = None) -> Report:
     return check(kernel, row_max_cases(), title="row_max_kernel", seed=seed)
 
 
+# ----------------------------------------------------------------------------------------------
+# Shared by the row-wise kernel exercises of chapters 3 and 4
+# ----------------------------------------------------------------------------------------------
+
+_RTOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+"""Error budgets, as a fraction of ``max(1, max|expected|)``: a few units of float32 rounding;
+one to two roundings of float16 (2⁻¹¹ each) and of bfloat16 (2⁻⁹ each, 2⁻⁸ where Triton's
+interpreter truncates on store), with room to spare."""
+
+
+def _snapshot(*guards: Guarded) -> list[torch.Tensor]:
+    return [g.buffer.clone() for g in guards]
+
+
+def _changed(guards: Sequence[Guarded], before: Sequence[torch.Tensor]) -> bool:
+    """True if a kernel wrote into any input buffer (NaN margins compare equal to themselves)."""
+    return not all(torch.equal(g.buffer.nan_to_num(7.0), b.nan_to_num(7.0)) for g, b in zip(guards, before))
+
+
+def _sync(t: torch.Tensor) -> None:
+    if t.is_cuda:
+        torch.cuda.synchronize()
+
+
+def _require_unit_column_stride(name: str, t: torch.Tensor) -> None:
+    if t.shape[1] > 1 and t.stride(1) != 1:
+        raise ValueError(f"{name} must have unit column stride in this exercise (rows may be strided)")
+
+
+def _with_hint(verdict: Verdict, hint: str) -> Verdict:
+    """Add a hint to a failed verdict whose values are wrong (not to one that never wrote them)."""
+    if verdict.passed or not hint or "wrong values" not in verdict.detail:
+        return verdict
+    return Verdict(False, verdict.error, f"{verdict.detail}. {hint}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3a (chapter 3): LayerNorm forward, one row per program
+# ----------------------------------------------------------------------------------------------
+
+LAYER_NORM_EPS = 1e-5
+
+
+def layer_norm_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = LAYER_NORM_EPS) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dim in float64, with the
+    biased variance ``mean((x - mean)**2)`` (``torch.nn.functional.layer_norm``'s definition)."""
+    x64 = x.double()
+    centered = x64 - x64.mean(-1, keepdim=True)
+    var = (centered * centered).mean(-1, keepdim=True)
+    return centered / torch.sqrt(var + eps) * weight.double() + bias.double()
+
+
+def launch_layer_norm_fwd(
+    kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] = None, *, eps: float = LAYER_NORM_EPS
+) -> torch.Tensor:
+    """The given launcher of exercise 3a: one program per row, the whole row in one block of
+    ``BLOCK_N = next_power_of_2(N)`` columns; rows may be strided, columns have unit stride.
+    Returns ``out`` (a new ``[M, N]`` tensor in x's dtype unless one is given)."""
+    _require_kernel(kernel)
+    _require_unit_column_stride("x", x)
+    M, N = x.shape
+    if out is None:
+        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    kernel[(M,)](x, weight, bias, out, x.stride(0), out.stride(0), N, eps, BLOCK_N=triton.next_power_of_2(N))
+    return out
+
+
+def _layer_norm_case(name: str, spec: _ViewSpec, *, loc: float = 0.0, spread: float = 0.0, scale: float = 1.0, rtol: Optional[float] = None, hint: str = "") -> Case:
+    """Rows of ``loc + spread * randn(row) + scale * randn`` (``spread``: a different mean per row)."""
+    M, N = spec.shape
+    block = triton.next_power_of_2(N)
+    margin = (1, block + 1)
+    rtol = _RTOL[spec.dtype] if rtol is None else rtol
+
+    def inputs(gen):
+        device = kernel_device()
+        values = loc + spread * torch.randn(M, 1, generator=gen) + scale * torch.randn(M, N, generator=gen)
+        x = guarded(values.to(spec.dtype), spec.strides, offset=spec.offset, margin=margin, device=device)
+        weight = guarded((1.0 + 0.5 * torch.randn(N, generator=gen)).to(spec.dtype), (1,), margin=(block + 1,), device=device)
+        bias = guarded(torch.randn(N, generator=gen).to(spec.dtype), (1,), margin=(block + 1,), device=device)
+        return {"x": x, "weight": weight, "bias": bias}
+
+    def run(fn, inp):
+        x, weight, bias = inp["x"], inp["weight"], inp["bias"]
+        out = poisoned_output((M, N), spec.dtype, margin=margin, device=x.view.device.type)
+        before = _snapshot(x, weight, bias)
+        launch_layer_norm_fwd(fn, x.view, weight.view, bias.view, out.view)
+        _sync(out.view)
+        return {"out": out.view, "outside": out.outside_written(), "inputs_changed": _changed((x, weight, bias), before)}
+
+    return Case(
+        name=name,
+        inputs=inputs,
+        run=run,
+        expected=lambda inp: layer_norm_ref(inp["x"].view, inp["weight"].view, inp["bias"].view),
+        compare=lambda got, exp, inp: _with_hint(compare_tensors(got, exp, rtol=rtol), hint),
+    )
+
+
+LAYER_NORM_CENTERED_HINT = (
+    "If only this case fails, look at the variance: in float32, E[x²] − mean² cancels "
+    "catastrophically when the mean is large; subtract the mean first and average (x − mean)²"
+)
+
+
+def layer_norm_fwd_cases() -> list[Case]:
+    return [
+        _layer_norm_case("float32 5×1000", _ViewSpec((5, 1000), (1000, 1))),
+        _layer_norm_case("float32 4×37, strided rows (base[:, 5:42])", _ViewSpec((4, 37), (64, 1), offset=5)),
+        _layer_norm_case("N = 1, 6×1 (variance 0: y = bias)", _ViewSpec((6, 1), (1, 1))),
+        _layer_norm_case("single row 1×129", _ViewSpec((1, 129), (129, 1))),
+        _layer_norm_case("tiny variance 4×300 (std 1e-3: eps matters)", _ViewSpec((4, 300), (300, 1)), scale=1e-3),
+        _layer_norm_case(
+            "large mean 6×1000 (≈ 1000 ± 1): centered variance",
+            _ViewSpec((6, 1000), (1000, 1)),
+            loc=1000.0,
+            spread=100.0,
+            # The mean of values near 1000 carries float32 rounding: a correct kernel (and
+            # F.layer_norm) is off by up to ~5e-4 here; E[x²] − mean² is off by ~0.3.
+            rtol=3e-4,
+            hint=LAYER_NORM_CENTERED_HINT,
+        ),
+        _layer_norm_case("float16 7×300", _ViewSpec((7, 300), (300, 1), dtype=torch.float16)),
+        _layer_norm_case("bfloat16 5×123, strided rows", _ViewSpec((5, 123), (200, 1), offset=11, dtype=torch.bfloat16)),
+    ]
+
+
+def check_layer_norm_fwd(kernel, *, seed: Optional[int] = None) -> Report:
+    """Exercise 3a: the learner's ``layer_norm_fwd_kernel`` on odd, strided, large-mean and 16-bit rows."""
+    return check(kernel, layer_norm_fwd_cases(), title="layer_norm_fwd_kernel", seed=seed)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3b (chapter 3): fused residual add + RMSNorm, both outputs in one pass
+# ----------------------------------------------------------------------------------------------
+
+FUSED_ADD_RMS_NORM_EPS = 1e-6
+FUSED_ADD_MAX_MISMATCH = 0.02
+"""In float16 and bfloat16, ``y`` must equal the Hugging Face-order result bit for bit in all but
+this fraction of elements (a correct kernel matches all of them in practice; a kernel that skips
+one of the two roundings differs in about a fifth)."""
+
+
+def fused_add_rms_norm_ref(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = FUSED_ADD_RMS_NORM_EPS, *, upcast: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(h, y)``: ``h = x + residual`` rounded to x's dtype, ``y = rms_norm_ref(h, weight)``
+    (Hugging Face casting; in float64 with ``upcast``, from the rounded ``h``)."""
+    h = x + residual  # in x's dtype: PyTorch rounds the exact sum to nearest
+    return h, rms_norm_ref(h, weight, eps, upcast=upcast)
+
+
+def launch_fused_add_rms_norm(
+    kernel,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    h: Optional[torch.Tensor] = None,
+    y: Optional[torch.Tensor] = None,
+    *,
+    eps: float = FUSED_ADD_RMS_NORM_EPS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The given launcher of exercise 3b: one program per row, ``BLOCK_N = next_power_of_2(N)``,
+    every tensor with its own row stride (unit column stride). ``ROUND_BF16`` is True only for
+    bfloat16 in the interpreter (see ``tritonforge.kernel_utils.cast_for_store``). Returns
+    ``(h, y)``, new ``[M, N]`` tensors in x's dtype unless given."""
+    _require_kernel(kernel)
+    for name, t in (("x", x), ("residual", residual)):
+        _require_unit_column_stride(name, t)
+    M, N = x.shape
+    if h is None:
+        h = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if y is None:
+        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    kernel[(M,)](
+        x, residual, weight, h, y,
+        x.stride(0), residual.stride(0), h.stride(0), y.stride(0),
+        N, eps,
+        BLOCK_N=triton.next_power_of_2(N), ROUND_BF16=round_bf16_by_hand(x.dtype),
+    )  # fmt: skip
+    return h, y
+
+
+def _compare_fused_add(got: dict, expected: dict, inputs: dict) -> Verdict:
+    dtype = expected["h"].dtype
+    h = compare_tensors({"out": got["h"], "outside": got["h_outside"], "inputs_changed": got["inputs_changed"]}, expected["h"], rtol=0.0)
+    y = compare_tensors({"out": got["y"], "outside": got["y_outside"]}, expected["y64"], rtol=_RTOL[dtype])
+    problems = []
+    if not h.passed:
+        detail = h.detail
+        if "wrong values" in detail:
+            detail += " (h must equal x + residual rounded to nearest"
+            detail += "; round with cast_for_store(…, ROUND_BF16): the interpreter's .to(tl.bfloat16) truncates)" if dtype == torch.bfloat16 else ")"
+        problems.append("h: " + detail)
+    if not y.passed:
+        problems.append("y: " + y.detail)
+    elif dtype != torch.float32:
+        y_hf = expected["y_hf"]
+        differ = float((got["y"].detach().cpu() != y_hf.cpu()).double().mean())
+        if differ > FUSED_ADD_MAX_MISMATCH:
+            problems.append(
+                f"y: {differ:.0%} of the elements differ from the Hugging Face order (at most {FUSED_ADD_MAX_MISMATCH:.0%}): "
+                "normalize h as rounded to the input dtype, round x̂ = h·rstd to the input dtype, then multiply by w"
+            )
+    errors = [e for e in (h.error, y.error) if e is not None and not math.isnan(e)]
+    return Verdict(not problems, max(errors) if errors else None, "; ".join(problems))
+
+
+@dataclasses.dataclass(frozen=True)
+class _RowsSpec:
+    """Shape, dtype and the row strides of each input: ``(stride, storage offset)`` per tensor."""
+
+    shape: tuple[int, int]
+    dtype: torch.dtype = torch.float32
+    x_layout: tuple[int, int] = (0, 0)  # (row stride, offset); row stride 0 means N
+    other_layout: tuple[int, int] = (0, 0)
+
+
+def _fused_add_case(name: str, spec: _RowsSpec, *, x_scale: float = 1.0, residual_scale: float = 1.0) -> Case:
+    M, N = spec.shape
+    block = triton.next_power_of_2(N)
+    margin = (1, block + 1)
+
+    def layout(which):
+        stride, offset = which
+        return (stride or N, 1), offset
+
+    def inputs(gen):
+        device = kernel_device()
+        (xs, xo), (rs, ro) = layout(spec.x_layout), layout(spec.other_layout)
+        x = guarded((x_scale * torch.randn(M, N, generator=gen)).to(spec.dtype), xs, offset=xo, margin=margin, device=device)
+        residual = guarded((residual_scale * torch.randn(M, N, generator=gen)).to(spec.dtype), rs, offset=ro, margin=margin, device=device)
+        weight = guarded((1.0 + 0.5 * torch.randn(N, generator=gen)).to(spec.dtype), (1,), margin=(block + 1,), device=device)
+        return {"x": x, "residual": residual, "weight": weight}
+
+    def run(fn, inp):
+        x, residual, weight = inp["x"], inp["residual"], inp["weight"]
+        device = x.view.device.type
+        h = poisoned_output((M, N), spec.dtype, margin=margin, device=device)
+        y = poisoned_output((M, N), spec.dtype, margin=(1, block + 3), device=device)  # a row stride unlike h's
+        before = _snapshot(x, residual, weight)
+        launch_fused_add_rms_norm(fn, x.view, residual.view, weight.view, h.view, y.view)
+        _sync(y.view)
+        return {
+            "h": h.view,
+            "y": y.view,
+            "h_outside": h.outside_written(),
+            "y_outside": y.outside_written(),
+            "inputs_changed": _changed((x, residual, weight), before),
+        }
+
+    def expected(inp):
+        args = (inp["x"].view, inp["residual"].view, inp["weight"].view)
+        h, y_hf = fused_add_rms_norm_ref(*args)
+        _, y64 = fused_add_rms_norm_ref(*args, upcast=True)
+        return {"h": h, "y_hf": y_hf, "y64": y64}
+
+    return Case(name=name, inputs=inputs, run=run, expected=expected, compare=_compare_fused_add)
+
+
+def fused_add_rms_norm_cases() -> list[Case]:
+    return [
+        _fused_add_case("float32 4×1000", _RowsSpec((4, 1000))),
+        _fused_add_case("float32 N = 1, 5×1", _RowsSpec((5, 1))),
+        _fused_add_case("float32 6×37, x and residual with different row strides", _RowsSpec((6, 37), x_layout=(50, 3), other_layout=(64, 0))),
+        _fused_add_case("bfloat16 6×300", _RowsSpec((6, 300), torch.bfloat16)),
+        _fused_add_case(
+            "bfloat16 4×1000, small update on a large residual (rounding order)",
+            _RowsSpec((4, 1000), torch.bfloat16),
+            x_scale=0.1,
+            residual_scale=8.0,
+        ),
+        _fused_add_case("float16 7×123, strided rows", _RowsSpec((7, 123), torch.float16, x_layout=(130, 2), other_layout=(128, 5))),
+        _fused_add_case("bfloat16 single row 1×2000", _RowsSpec((1, 2000), torch.bfloat16)),
+    ]
+
+
+def check_fused_add_rms_norm(kernel, *, seed: Optional[int] = None) -> Report:
+    """Exercise 3b: the learner's ``fused_add_rms_norm_kernel``: ``h`` bit-exact, ``y`` in the Hugging Face order."""
+    return check(kernel, fused_add_rms_norm_cases(), title="fused_add_rms_norm_kernel", seed=seed)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4a (chapter 4): RMSNorm's dweight, deterministic, through per-program partial sums
+# ----------------------------------------------------------------------------------------------
+
+
+def rms_norm_dweight_partials_ref(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, programs: int) -> torch.Tensor:
+    """``[programs, N]`` float64: row ``p`` sums ``dy * x * rstd`` over program p's rows
+    ``[p * R, min((p + 1) * R, M))`` with ``R = cdiv(M, programs)`` (zero if it has none)."""
+    M, N = x.shape
+    per_row = dy.double() * x.double() * rstd.double()[:, None]  # [M, N]
+    rows_per_program = triton.cdiv(M, programs)
+    partials = torch.zeros(programs, N, dtype=torch.float64, device=x.device)
+    for p in range(programs):
+        start, end = p * rows_per_program, min((p + 1) * rows_per_program, M)
+        if start < end:
+            partials[p] = per_row[start:end].sum(0)
+    return partials
+
+
+def launch_rms_norm_dweight(
+    kernel, dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, programs: int, partial: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The given launcher of exercise 4a: ``programs`` programs, program ``p`` owning rows
+    ``[p * rows_per_program, min((p + 1) * rows_per_program, M))`` with
+    ``rows_per_program = cdiv(M, programs)``; ``BLOCK_N = next_power_of_2(N)``. The kernel fills
+    ``partial`` (float32 ``[programs, N]``, not zeroed); the launcher reduces it with ``.sum(0)``.
+    Returns ``(dweight, partial)``."""
+    _require_kernel(kernel)
+    for name, t in (("dy", dy), ("x", x)):
+        _require_unit_column_stride(name, t)
+    M, N = x.shape
+    if partial is None:
+        partial = torch.empty((programs, N), dtype=torch.float32, device=x.device)
+    kernel[(programs,)](
+        dy, x, rstd, partial,
+        dy.stride(0), x.stride(0), partial.stride(0),
+        M, N, triton.cdiv(M, programs),
+        BLOCK_N=triton.next_power_of_2(N),
+    )  # fmt: skip
+    return partial.sum(0), partial  # the second, fixed-order reduction: [N]
+
+
+def _group_text(p: int, M: int, programs: int) -> str:
+    rows_per_program = triton.cdiv(M, programs)
+    start, end = p * rows_per_program, min((p + 1) * rows_per_program, M)
+    if start >= end:
+        return "no rows: its partial row must be zeros"
+    return f"row {start}" if end - start == 1 else f"rows {start}–{end - 1}"
+
+
+def _compare_dweight(got: dict, expected: dict, inputs: dict) -> Verdict:
+    M, programs = inputs["x"].view.shape[0], inputs["programs"]
+    verdict = compare_tensors(got, expected["partial"], rtol=_RTOL[torch.float32])
+    if not verdict.passed:
+        out64, exp64 = got["out"].detach().double().cpu(), expected["partial"].cpu()
+        bad = ((out64 - exp64).abs() > _RTOL[torch.float32] * max(1.0, float(exp64.abs().max()))) | torch.isnan(out64)
+        wrong = [int(p) for p in torch.nonzero(bad.any(dim=1)).reshape(-1)]
+        if wrong:
+            shown = ", ".join(f"{p} ({_group_text(p, M, programs)})" for p in wrong[:3])
+            more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+            return Verdict(False, verdict.error, f"{verdict.detail}; wrong partial rows: {shown}{more}")
+        return verdict
+    total = compare_tensors({"out": got["dweight"]}, expected["dweight"], rtol=_RTOL[torch.float32])
+    return total if not total.passed else Verdict(True, max(verdict.error, total.error), "")
+
+
+@dataclasses.dataclass(frozen=True)
+class _DweightSpec:
+    shape: tuple[int, int]
+    programs: int
+    dtype: torch.dtype = torch.float32
+    row_strides: tuple[int, int] = (0, 0)  # (dy, x); 0 means N
+
+
+def _dweight_case(name: str, spec: _DweightSpec) -> Case:
+    M, N = spec.shape
+    block = triton.next_power_of_2(N)
+    rows_per_program = triton.cdiv(M, spec.programs)
+    extra_rows = spec.programs * rows_per_program + spec.programs  # room for a wrong row range
+    margin = (extra_rows, block + 1)
+
+    def inputs(gen):
+        device = kernel_device()
+        x = torch.randn(M, N, generator=gen).to(spec.dtype)
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)  # [M] float32, as the forward saves it
+        dy = torch.randn(M, N, generator=gen).to(spec.dtype)
+        dy_stride, x_stride = (s or N for s in spec.row_strides)
+        return {
+            "dy": guarded(dy, (dy_stride, 1), margin=margin, device=device),
+            "x": guarded(x, (x_stride, 1), offset=3 if x_stride != N else 0, margin=margin, device=device),
+            "rstd": guarded(rstd, (1,), margin=(extra_rows,), device=device),
+            "programs": spec.programs,
+        }
+
+    def run(fn, inp):
+        dy, x, rstd = inp["dy"], inp["x"], inp["rstd"]
+        partial = poisoned_output((spec.programs, N), torch.float32, margin=(1, block + 1), device=x.view.device.type)
+        before = _snapshot(dy, x, rstd)
+        dweight, _ = launch_rms_norm_dweight(fn, dy.view, x.view, rstd.view, spec.programs, partial.view)
+        _sync(dweight)
+        return {"out": partial.view, "dweight": dweight, "outside": partial.outside_written(), "inputs_changed": _changed((dy, x, rstd), before)}
+
+    def expected(inp):
+        partial = rms_norm_dweight_partials_ref(inp["dy"].view, inp["x"].view, inp["rstd"].view, spec.programs)
+        return {"partial": partial, "dweight": partial.sum(0)}
+
+    return Case(name=name, inputs=inputs, run=run, expected=expected, compare=_compare_dweight)
+
+
+def rms_norm_dweight_cases() -> list[Case]:
+    return [
+        _dweight_case("M = 12, P = 4: three rows each, N = 37", _DweightSpec((12, 37), 4)),
+        _dweight_case("M = 10, P = 4: groups of 3, 3, 3 and 1, N = 100", _DweightSpec((10, 100), 4)),
+        _dweight_case("M = 10, P = 6: groups of 2, the last program has none", _DweightSpec((10, 64), 6)),
+        _dweight_case("P > M: M = 3, P = 8 (five programs without rows)", _DweightSpec((3, 50), 8)),
+        _dweight_case("M = 1, P = 1, N = 1", _DweightSpec((1, 1), 1)),
+        _dweight_case("strided rows 20×300 (dy stride 320, x stride 310), P = 7", _DweightSpec((20, 300), 7, row_strides=(320, 310))),
+        _dweight_case("bfloat16 33×200, P = 8", _DweightSpec((33, 200), 8, torch.bfloat16)),
+        _dweight_case("float16 64×1000, P = 8", _DweightSpec((64, 1000), 8, torch.float16)),
+    ]
+
+
+def check_rms_norm_dweight(kernel, *, seed: Optional[int] = None) -> Report:
+    """Exercise 4a: the learner's ``rms_norm_dweight_kernel``: every partial row, then their sum."""
+    return check(kernel, rms_norm_dweight_cases(), title="rms_norm_dweight_kernel", seed=seed)
+
+
 EXERCISES = {
     "arithmetic_intensity": check_arithmetic_intensity,
     "bias_relu_2d": check_bias_relu_2d,
     "row_max": check_row_max,
+    "layer_norm_fwd": check_layer_norm_fwd,
+    "fused_add_rms_norm": check_fused_add_rms_norm,
+    "rms_norm_dweight": check_rms_norm_dweight,
 }

@@ -66,7 +66,7 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import acc_dtype, cast_for_store, round_bf16_by_hand
+from tritonforge.kernel_utils import CachedLauncher, acc_dtype, cast_for_store, round_bf16_by_hand
 from tritonforge.reference import rms_norm_ref
 
 RMS_NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -253,6 +253,10 @@ def _bwd_grid(M: int, device: torch.device) -> tuple[int, int]:
 # ----------------------------------------------------------------------------------------------
 
 
+_launch_fwd = CachedLauncher(_rms_norm_fwd_kernel)
+_launch_bwd = CachedLauncher(_rms_norm_bwd_kernel)
+
+
 def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Every buffer a kernel must overwrite completely is allocated here (tests poison it)."""
     return torch.empty(*shape, dtype=dtype, device=device)
@@ -275,7 +279,7 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[tor
     y = _empty(M, N, dtype=x.dtype, device=x.device)  # [M, N]
     rstd = _empty(M, dtype=acc, device=x.device)  # [M]
     block_n, num_warps = _row_config(N, x.dtype)
-    _rms_norm_fwd_kernel[(M,)](
+    _launch_fwd((M,),
         x_rows, weight, y, rstd,
         x_rows.stride(0), y.stride(0), N, float(eps),
         BLOCK_N=block_n, ROW_FITS=N <= block_n, ACC_DTYPE=acc_dtype(x.dtype),
@@ -308,7 +312,7 @@ def rms_norm_bwd(
     dw_partial = None
     if compute_dweight:  # [programs, N]; long rows accumulate into it, so it starts at zero
         dw_partial = _empty(programs, N, dtype=acc, device=device) if row_fits else torch.zeros(programs, N, dtype=acc, device=device)
-    _rms_norm_bwd_kernel[(programs,)](
+    _launch_bwd((programs,),
         dy_rows, x_rows, weight, rstd,
         dx if dx is not None else dy_rows,  # placeholder pointers are never touched
         dw_partial if dw_partial is not None else rstd,
@@ -346,6 +350,14 @@ class RMSNormFunction(torch.autograd.Function):
             return None, None, None
         dx, dweight = rms_norm_bwd(dy, x, weight, rstd, compute_dx=need_dx, compute_dweight=need_dw)
         return dx, dweight, None
+
+
+def _rms_norm_kernel_path(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Through autograd only when a gradient can be asked for: the ``autograd.Function`` costs
+    ~15 µs of host time per call, more than a decode-sized kernel runs on the GPU."""
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return RMSNormFunction.apply(x, weight, eps)
+    return rms_norm_fwd(x, weight, eps)[0]
 
 
 def _check_eps(eps: object) -> float:
@@ -388,7 +400,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     return runtime.dispatch(
         "rms_norm",
         device=device,
-        kernel=lambda: RMSNormFunction.apply(x, weight, eps),
+        kernel=lambda: _rms_norm_kernel_path(x, weight, eps),
         reference=lambda: rms_norm_ref(x, weight, eps).contiguous(),
         unsupported=runtime.bf16_unsupported(x.dtype, device),
     )

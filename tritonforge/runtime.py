@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import platform
 import threading
@@ -153,7 +154,15 @@ def device_capability(device: torch.device) -> Optional[tuple[int, int]]:
     """Compute capability of a CUDA device, or None for anything else."""
     if device.type != "cuda":
         return None
-    return torch.cuda.get_device_capability(device)
+    return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_capability(index: int) -> tuple[int, int]:
+    # Cached: torch.cuda.get_device_capability costs tens of microseconds per call, which a
+    # decode-sized kernel call (a few microseconds on the GPU) cannot afford. A device's
+    # capability never changes within a process.
+    return torch.cuda.get_device_capability(index)
 
 
 def supports_bf16(device: torch.device) -> bool:

@@ -1,0 +1,40 @@
+"""The shared kernel helpers: the cached launcher's specialization key, and its launches."""
+
+import pytest
+import torch
+
+import tritonforge as tfg
+from tritonforge.kernel_utils import _specialization
+from tritonforge.reference import rms_norm_ref
+from tritonforge.rms_norm import rms_norm_fwd
+
+from .helpers import assert_within_budget
+
+
+def test_specialization_separates_what_triton_compiles_separately():
+    base = torch.empty(64, dtype=torch.float32)
+    aligned, misaligned = base[:8], base[1:9]  # 4-byte offset: not 16-byte aligned
+    assert _specialization(aligned) != _specialization(misaligned)
+    assert _specialization(aligned) != _specialization(base.half()[:8])  # dtype
+    assert _specialization(aligned) == _specialization(base[4:12])  # 16-byte offset: same binary
+    ints = [_specialization(v) for v in (1, 16, 17, 2**31, 2**63 + 16)]
+    assert len(set(ints)) == 5  # ==1, multiple of 16, plain, i64, u64
+    assert _specialization(32) == _specialization(48) and _specialization(3) == _specialization(5)
+    assert _specialization(True) != _specialization(1)
+    assert _specialization(1e-6) == _specialization(0.5)  # floats are not specialized
+
+
+@pytest.mark.gpu
+def test_cached_launches_stay_correct_when_the_specialization_changes():
+    """Alternate aligned and misaligned views, row strides that are and aren't multiples of 16,
+    N = 1: every call must match the reference, so no binary is reused for the wrong case."""
+    torch.manual_seed(0)
+    big = torch.randn(70, 4100, device="cuda")
+    cases = [(0, 4096), (1, 4096), (0, 4095), (3, 1000), (0, 1), (4, 64), (1, 4096), (0, 4096)]
+    for offset, n in cases * 2:
+        x = big[3:67, offset : offset + n]  # row stride 4100 (not a multiple of 16)
+        for view in (x, x.contiguous()):
+            w = torch.randn(n, device="cuda")
+            y, _ = rms_norm_fwd(view, w, 1e-6)
+            assert_within_budget(y, rms_norm_ref(view, w, upcast=True), rms_norm_ref(view, w))
+    assert tfg.rms_norm(big[:, 1:], torch.ones(4099, device="cuda")).shape == (70, 4099)
