@@ -38,3 +38,26 @@ def test_cached_launches_stay_correct_when_the_specialization_changes():
             y, _ = rms_norm_fwd(view, w, 1e-6)
             assert_within_budget(y, rms_norm_ref(view, w, upcast=True), rms_norm_ref(view, w))
     assert tfg.rms_norm(big[:, 1:], torch.ones(4099, device="cuda")).shape == (70, 4099)
+
+
+@pytest.mark.gpu
+def test_cached_launcher_skips_the_jit_after_the_first_launch():
+    from tritonforge.axpy import _axpy_kernel
+    from tritonforge.kernel_utils import CachedLauncher, _triton_version
+
+    class CountingKernel:
+        arg_names = _axpy_kernel.arg_names
+        calls = 0
+
+        def __getitem__(self, grid):
+            CountingKernel.calls += 1
+            return _axpy_kernel[grid]
+
+    launcher = CachedLauncher(CountingKernel())
+    x, y = torch.randn(5000, device="cuda"), torch.randn(5000, device="cuda")
+    for _ in range(3):
+        out = torch.full_like(x, float("nan"))
+        launcher((5,), x, y, out, 2.0, 5000, BLOCK=1024, ROUND_BF16=False)
+        torch.testing.assert_close(out, 2.0 * x + y)
+    fast = _triton_version().startswith(CachedLauncher.FAST_PATH_TRITON)
+    assert CountingKernel.calls == (1 if fast else 3)

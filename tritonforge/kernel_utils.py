@@ -7,6 +7,8 @@ here make that one call each.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from tritonforge import runtime
@@ -79,12 +81,16 @@ class CachedLauncher:
     with every constexpr passed by keyword.
     """
 
+    FAST_PATH_TRITON = ("3.6.",)
+    """Triton versions whose compiled-kernel launch convention this was checked against on a GPU
+    (``tests/test_kernel_utils.py``). Other versions launch the ordinary way."""
+
     def __init__(self, kernel):
         self.kernel = kernel
         self._compiled: dict = {}
 
     def __call__(self, grid: tuple, *args, **kwargs) -> None:
-        if runtime.interpreting():
+        if runtime.interpreting() or not _triton_version().startswith(self.FAST_PATH_TRITON):
             self.kernel[grid](*args, **kwargs)
             return
         key = (
@@ -98,4 +104,10 @@ class CachedLauncher:
             return
         # Every parameter in declaration order, constexprs included, as Triton's launcher takes them.
         constexprs = [kwargs[name] for name in self.kernel.arg_names[len(args):]]
-        compiled[grid](*args, *constexprs, stream=torch.cuda.current_stream().cuda_stream)
+        grid3 = (tuple(grid) + (1, 1))[:3]  # CompiledKernel's runner reads three grid dimensions
+        compiled[grid3](*args, *constexprs, stream=torch.cuda.current_stream().cuda_stream)
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_version() -> str:
+    return str(getattr(triton, "__version__", ""))
