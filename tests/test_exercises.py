@@ -739,3 +739,33 @@ def test_gpu_kernel_checks_on_compiled_kernels(stem, tmp_path):
     assert check(shipped_stub(EXERCISES / f"{stem}.ipynb", name, tmp_path)).n_passed == 0
     for wrong in planted:
         assert not check(wrong).passed, wrong.__name__
+
+
+def test_chapter_3_and_4_failure_messages():
+    """The verdicts of exercises 3a, 3b and 4a name the mistake, and only the case that shows it."""
+    naive = exercise.check_layer_norm_fwd(layer_norm_naive_variance)
+    assert [r.case for r in naive.rows if not r.passed] == [r.case for r in naive.rows if "large mean" in r.case]
+    assert "(x − mean)²" in next(r.detail for r in naive.rows if not r.passed)
+    unrounded = exercise.check_fused_add_rms_norm(fused_add_normalizes_unrounded_h)
+    failed = [r for r in unrounded.rows if not r.passed]
+    assert failed and all("float32" not in r.case and "Hugging Face order" in r.detail for r in failed)
+    truncated = exercise.check_fused_add_rms_norm(fused_add_truncating_casts)
+    assert any("cast_for_store" in r.detail for r in truncated.rows if not r.passed)
+    empty = exercise.check_rms_norm_dweight(dweight_skips_empty_programs)
+    assert not empty.passed
+    assert all("no rows: its partial row must be zeros" in r.detail for r in empty.rows if not r.passed)
+
+
+INTERPRETER_ONLY_MISTAKES = {fused_add_truncating_casts}  # right on a GPU, where .to() rounds to nearest
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stem", ["ex03a_layer_norm_forward", "ex03b_fused_add_rms_norm", "ex04a_rms_norm_dweight"])
+def test_gpu_chapter_3_and_4_checks_on_compiled_kernels(stem, tmp_path):
+    name, check, planted = EXERCISE_TABLE[stem]
+    assert exercise.kernel_device() == "cuda"
+    check(solution(EXERCISES / f"{stem}.ipynb", name)).assert_passed()
+    assert check(shipped_stub(EXERCISES / f"{stem}.ipynb", name, tmp_path)).n_passed == 0
+    for wrong in planted:
+        if wrong not in INTERPRETER_ONLY_MISTAKES:
+            assert not check(wrong).passed, wrong.__name__

@@ -739,8 +739,10 @@ def _compare_fused_add(got: dict, expected: dict, inputs: dict) -> Verdict:
                 f"y: {differ:.0%} of the elements differ from the Hugging Face order (at most {FUSED_ADD_MAX_MISMATCH:.0%}): "
                 "normalize h as rounded to the input dtype, round x̂ = h·rstd to the input dtype, then multiply by w"
             )
-    errors = [e for e in (h.error, y.error) if e is not None and not math.isnan(e)]
-    return Verdict(not problems, max(errors) if errors else None, "; ".join(problems))
+    errors = [e for e in (h.error, y.error) if e is not None]
+    finite = [e for e in errors if not math.isnan(e)]
+    error = max(finite) if finite else (float("nan") if errors else None)
+    return Verdict(not problems, error, "; ".join(problems))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -874,7 +876,7 @@ def _compare_dweight(got: dict, expected: dict, inputs: dict) -> Verdict:
         out64, exp64 = got["out"].detach().double().cpu(), expected["partial"].cpu()
         bad = ((out64 - exp64).abs() > _RTOL[torch.float32] * max(1.0, float(exp64.abs().max()))) | torch.isnan(out64)
         wrong = [int(p) for p in torch.nonzero(bad.any(dim=1)).reshape(-1)]
-        if wrong:
+        if 0 < len(wrong) < programs:  # name the culprits when some rows are right
             shown = ", ".join(f"{p} ({_group_text(p, M, programs)})" for p in wrong[:3])
             more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
             return Verdict(False, verdict.error, f"{verdict.detail}; wrong partial rows: {shown}{more}")
