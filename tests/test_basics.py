@@ -188,7 +188,7 @@ def test_plot_program_map_draws_two_panels():
 
     matplotlib.use("Agg")
     base = torch.zeros(6, 16, device="cuda" if torch.cuda.is_available() else "cpu")  # where kernels run
-    fig = basics.plot_program_map(6, 8, 4, 4, view=base[:, ::2], base=base)
+    fig = basics.plot_program_map(6, 8, 4, 4, view=base[:, ::2], base=base, device=base.device)
     assert len(fig.axes) == 2
     import matplotlib.pyplot as plt
 

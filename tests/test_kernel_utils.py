@@ -61,3 +61,17 @@ def test_cached_launcher_skips_the_jit_after_the_first_launch():
         torch.testing.assert_close(out, 2.0 * x + y)
     fast = _triton_version().startswith(CachedLauncher.FAST_PATH_TRITON)
     assert CountingKernel.calls == (1 if fast else 3)
+
+
+def test_launch_key_keeps_every_constexpr_value():
+    """Constexprs are compiled in: BLOCK=64 and BLOCK=4096 must never share a binary (they once did,
+    when the key classified constexpr ints like runtime ints: found on the H200)."""
+    from tritonforge._triton import tl
+    from tritonforge.kernel_utils import CachedLauncher
+
+    x = torch.empty(16)
+    base = CachedLauncher.key((x, 64), dict(BLOCK=64, ACC=tl.float32, num_warps=4))
+    assert base == CachedLauncher.key((x, 4096), dict(BLOCK=64, ACC=tl.float32, num_warps=4))  # runtime ints: same class
+    for changed in (dict(BLOCK=4096, ACC=tl.float32, num_warps=4), dict(BLOCK=64, ACC=tl.float64, num_warps=4),
+                    dict(BLOCK=64, ACC=tl.float32, num_warps=8)):  # fmt: skip
+        assert CachedLauncher.key((x, 64), changed) != base

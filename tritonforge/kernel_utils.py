@@ -63,7 +63,7 @@ def _specialization(value: object) -> tuple:
         return ("int", width, value == 1, value % 16 == 0)
     if isinstance(value, float):
         return ("float",)
-    return ("value", value)  # constexprs and options: tl dtypes, None, strings
+    return ("value", value)  # anything else (None, a dtype) is passed through as itself
 
 
 class CachedLauncher:
@@ -89,15 +89,17 @@ class CachedLauncher:
         self.kernel = kernel
         self._compiled: dict = {}
 
+    @staticmethod
+    def key(args: tuple, kwargs: dict) -> tuple:
+        """The cache key of one launch: the runtime arguments' specializations, and the constexpr
+        values and launch options *as they are* (every distinct value compiles its own binary)."""
+        return tuple(_specialization(a) for a in args), tuple(kwargs.items())
+
     def __call__(self, grid: tuple, *args, **kwargs) -> None:
         if runtime.interpreting() or not _triton_version().startswith(self.FAST_PATH_TRITON):
             self.kernel[grid](*args, **kwargs)
             return
-        key = (
-            torch.cuda.current_device(),
-            tuple(_specialization(a) for a in args),
-            tuple((name, _specialization(v)) for name, v in kwargs.items()),
-        )
+        key = (torch.cuda.current_device(), *self.key(args, kwargs))
         compiled = self._compiled.get(key)
         if compiled is None:  # first launch of this specialization: compile (or fetch) through Triton
             self._compiled[key] = self.kernel[grid](*args, **kwargs)
