@@ -216,14 +216,19 @@ INTERPRETER_BWD_PROGRAMS = 8
 """Backward programs in the interpreter: few, because each program costs CPU time."""
 
 
+@functools.lru_cache(maxsize=1024)
 def _row_config(N: int, dtype: torch.dtype, *, backward: bool = False) -> tuple[int, int]:
-    """``(BLOCK_N, num_warps)`` for rows of ``N`` elements (``num_warps`` matters on GPU only)."""
+    """``(BLOCK_N, num_warps)`` for rows of ``N`` elements (``num_warps`` matters on GPU only).
+
+    Cached, and in plain Python: it runs on every call, and host time is what a decode-sized
+    call is made of."""
     cap = MAX_BLOCK_N
     if dtype == torch.float64:
         cap //= 2
     if backward:
         cap //= 2
-    block_n = min(triton.next_power_of_2(N), max(cap, 1))
+    next_power_of_2 = 1 << max(N - 1, 0).bit_length()
+    block_n = min(next_power_of_2, max(cap, 1))
     if block_n <= 1024:
         num_warps = 4
     elif block_n <= 4096:
@@ -285,7 +290,7 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[tor
         BLOCK_N=block_n, ROW_FITS=N <= block_n, ACC_DTYPE=acc_dtype(x.dtype),
         ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=num_warps,
     )  # fmt: skip
-    return y.view(x.shape), rstd
+    return (y if x.dim() == 2 else y.view(x.shape)), rstd
 
 
 def rms_norm_bwd(
