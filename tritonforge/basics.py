@@ -50,7 +50,9 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
+from tritonforge.bench import device_slug, git_state, results_directory
 from tritonforge.kernel_utils import cast_for_store, round_bf16_by_hand
+from tritonforge.reference import add_ref, program_map_ref
 
 BASICS_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -132,25 +134,6 @@ def _program_map_kernel(
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     value = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32) + program
     tl.store(out_ptr + rows[:, None] * N + cols[None, :], value, mask=mask)
-
-
-# ----------------------------------------------------------------------------------------------
-# References (the tests' oracle and the torch fallback)
-# ----------------------------------------------------------------------------------------------
-
-
-def add_ref(x: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
-    """``x + y`` in float32 (float64 with ``upcast``), returned in x's dtype (float64 if upcast)."""
-    ct = torch.float64 if upcast else torch.float32
-    out = x.to(ct) + y.to(ct)
-    return out if upcast else out.to(x.dtype)
-
-
-def program_map_ref(M: int, N: int, block_m: int, block_n: int, *, device="cpu") -> torch.Tensor:
-    """Which program owns each element of an ``[M, N]`` tensor tiled by ``block_m × block_n``."""
-    rows = torch.arange(M, device=device)[:, None] // block_m
-    cols = torch.arange(N, device=device)[None, :] // block_n
-    return (rows * triton.cdiv(N, block_n) + cols).to(torch.int32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -416,7 +399,6 @@ def plot_program_map(
 
 STAGES = ("ttir", "ttgir", "llir", "ptx")
 STAGE_NAMES = {"ttir": "Triton IR", "ttgir": "TritonGPU IR", "llir": "LLVM IR", "ptx": "PTX"}
-DEFAULT_RESULTS_DIR = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 MAX_IR_CHARS = 60_000  # per stage in a recording; these kernels need a tenth of it
 RECORD_COMMAND = "python scripts/record_compile.py"
 
@@ -561,11 +543,6 @@ def describe_compiled(compiled) -> dict:
     }
 
 
-def device_slug(name: str) -> str:
-    """``"NVIDIA H200"`` -> ``"nvidia-h200"`` (file names)."""
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-
-
 def compile_metadata(*, device_name: str, compute_capability: Optional[str], offline: bool = False) -> dict:
     """Where and when a recording was made: device, versions, date."""
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -704,9 +681,9 @@ def record_compilation(device: str = "cuda", kernels: Optional[Sequence[str]] = 
     return CompileRecords(variants=variants, metadata=metadata, live=True)
 
 
-def write_compile_records(records: CompileRecords, directory=DEFAULT_RESULTS_DIR) -> list[pathlib.Path]:
-    """One JSON file per kernel: ``compile-<kernel>-<device>-<date>.json``."""
-    directory = pathlib.Path(directory)
+def write_compile_records(records: CompileRecords, directory=None) -> list[pathlib.Path]:
+    """One JSON file per kernel: ``compile-<kernel>-<device>-<date>.json`` (default: the results folder)."""
+    directory = pathlib.Path(directory) if directory is not None else results_directory()
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for kernel in dict.fromkeys(v["kernel"] for v in records.variants):
@@ -718,17 +695,13 @@ def write_compile_records(records: CompileRecords, directory=DEFAULT_RESULTS_DIR
     return paths
 
 
-def load_compile_records(directory=DEFAULT_RESULTS_DIR, *, include_offline: bool = False) -> CompileRecords:
+def load_compile_records(directory=None, *, include_offline: bool = False) -> CompileRecords:
     """The newest recording of each kernel in ``directory``; empty (with a note) if there is none.
 
     Recordings made on a GPU are preferred; offline compilations (no device, no register counts)
     are used only with ``include_offline``.
     """
-    if directory == DEFAULT_RESULTS_DIR:  # outside a checkout (Colab), the copy in the package
-        from tritonforge.bench import results_directory
-
-        directory = results_directory()
-    directory = pathlib.Path(directory)
+    directory = pathlib.Path(directory) if directory is not None else results_directory()
     newest: dict[str, tuple[tuple, dict, str]] = {}
     for path in sorted(directory.glob("compile-*.json")):
         try:
@@ -845,24 +818,13 @@ def offline_records(arch: int) -> CompileRecords:
     return CompileRecords(variants=variants, metadata=metadata)
 
 
-def _git_commit() -> Optional[str]:
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=DEFAULT_RESULTS_DIR.parents[1], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    commit = out.stdout.strip()
-    return commit if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", commit) else None
-
-
 def record_main(argv: Sequence[str]) -> int:
     """``scripts/record_compile.py [DIRECTORY] [--offline-arch SM]``: record and write the JSON."""
     import argparse
     import sys
 
     parser = argparse.ArgumentParser(prog="record_compile.py", description="Record what chapter 2's kernels compile to.")
-    parser.add_argument("directory", nargs="?", default=str(DEFAULT_RESULTS_DIR), help="where to write (default: benchmarks/results/)")
+    parser.add_argument("directory", nargs="?", default=None, help="where to write (default: benchmarks/results/)")
     parser.add_argument("--offline-arch", type=int, default=None, metavar="SM", help="compile for sm_SM (e.g. 90) without a GPU")
     args = parser.parse_args(list(argv))
     if not runtime.triton_available():
@@ -875,7 +837,7 @@ def record_main(argv: Sequence[str]) -> int:
         print("TRITON_INTERPRET=1 is set: unset it (or set it to 0) so that the kernels are compiled", file=sys.stderr)
         return 2
     records = offline_records(args.offline_arch) if args.offline_arch is not None else record_compilation()
-    records.metadata["git_commit"] = _git_commit()
+    records.metadata["git_commit"] = git_state()[0]
     records.metadata["command"] = " ".join(["python scripts/record_compile.py", *argv])
     print(records.provenance)
     print(records.summary())
@@ -905,7 +867,7 @@ def _compile_offline_in_subprocess(arch: int, timeout: float = 300) -> CompileRe
         return load_compile_records(tmp, include_offline=True)
 
 
-def compile_records_for_chapter(live: bool, directory=DEFAULT_RESULTS_DIR, *, offline_arch: Optional[int] = 90) -> CompileRecords:
+def compile_records_for_chapter(live: bool, directory=None, *, offline_arch: Optional[int] = 90) -> CompileRecords:
     """The chapter's readings, best first:
 
     1. ``live=True`` (the triton path): compile and launch on this GPU now;

@@ -59,6 +59,7 @@ from typing import Callable, Iterable, Optional, Sequence
 import torch
 
 from tritonforge import _triton, runtime  # first: decides TRITON_INTERPRET before triton loads
+from tritonforge.reference import rms_norm_ref
 
 SCHEMA = "tritonforge.bench/1"
 SUITES = ("ceilings", "axpy", "rmsnorm", "rmsnorm-bwd", "profile-eager-rmsnorm")
@@ -361,15 +362,11 @@ def free_memory(device: str) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def hf_llama_rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float = RMSNORM_EPS, compute_dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
-    """``LlamaRMSNorm.forward`` from Hugging Face transformers, line for line.
-
-    With ``compute_dtype=torch.float64`` and float64 inputs it is the benchmarks' oracle.
-    """
+def hf_llama_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = RMSNORM_EPS) -> torch.Tensor:
+    """``LlamaRMSNorm.forward`` from Hugging Face transformers, line for line: the eager peer.
+    (The float64 oracle is :func:`tritonforge.reference.rms_norm_ref` with ``upcast=True``.)"""
     input_dtype = x.dtype
-    hidden = x.to(compute_dtype)
+    hidden = x.to(torch.float32)
     variance = hidden.pow(2).mean(-1, keepdim=True)
     hidden = hidden * torch.rsqrt(variance + eps)
     return weight * hidden.to(input_dtype)
@@ -573,7 +570,7 @@ def rmsnorm_inputs(m: int, n: int, dtype: torch.dtype, device: str) -> tuple[tor
 
 
 def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return hf_llama_rms_norm(x.double(), weight.double(), RMSNORM_EPS, compute_dtype=torch.float64)
+    return rms_norm_ref(x, weight, RMSNORM_EPS, upcast=True)
 
 
 def run_rmsnorm_forward(
@@ -644,7 +641,7 @@ def rmsnorm_forward_backward_reference(x, weight, dy) -> tuple[torch.Tensor, tor
     """(y, dx, dweight) in float64 through autograd of the HF formula."""
     x64 = x.detach().double().requires_grad_(True)
     w64 = weight.detach().double().requires_grad_(True)
-    y64 = hf_llama_rms_norm(x64, w64, RMSNORM_EPS, compute_dtype=torch.float64)
+    y64 = rms_norm_ref(x64, w64, RMSNORM_EPS, upcast=True)
     y64.backward(dy.double())
     return y64.detach(), x64.grad, w64.grad
 
@@ -874,9 +871,10 @@ def git_state() -> tuple[Optional[str], Optional[bool]]:
         status = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None, None
-    if commit.returncode != 0:
+    sha = commit.stdout.strip()
+    if commit.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40}", sha):
         return None, None
-    return commit.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
+    return sha, bool(status.stdout.strip()) if status.returncode == 0 else None
 
 
 def device_slug(name: str) -> str:

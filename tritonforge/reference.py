@@ -39,3 +39,18 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, up
     if upcast:
         return h * weight.to(ct)
     return weight * h.to(x.dtype)
+
+
+def add_ref(x: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
+    """``x + y`` in float32 (float64 with ``upcast``), returned in x's dtype (float64 if upcast)."""
+    ct = torch.float64 if upcast else torch.float32
+    out = x.to(ct) + y.to(ct)
+    return out if upcast else out.to(x.dtype)
+
+
+def program_map_ref(M: int, N: int, block_m: int, block_n: int, *, device="cpu") -> torch.Tensor:
+    """Which program owns each element of an ``[M, N]`` tensor tiled by ``block_m × block_n``."""
+    rows = torch.arange(M, device=device)[:, None] // block_m
+    cols = torch.arange(N, device=device)[None, :] // block_n
+    tiles_across = -(-N // block_n)  # ceil(N / block_n), no Triton needed for the reference
+    return (rows * tiles_across + cols).to(torch.int32)

@@ -238,15 +238,10 @@ def _row_config(N: int, dtype: torch.dtype, *, backward: bool = False) -> tuple[
     return block_n, num_warps
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 def _bwd_grid(M: int, device: torch.device) -> tuple[int, int]:
     """``(programs, rows_per_program)`` for the backward: about one program per SM on a GPU."""
     if device.type == "cuda" and not runtime.interpreting():
-        target = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+        target = runtime.sm_count(device.index if device.index is not None else torch.cuda.current_device())
     else:
         target = INTERPRETER_BWD_PROGRAMS
     rows_per_program = triton.cdiv(M, max(1, min(M, target)))

@@ -165,6 +165,12 @@ def _cuda_capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+@functools.lru_cache(maxsize=None)
+def sm_count(index: int) -> int:
+    """Streaming multiprocessors of CUDA device ``index`` (cached like the capability)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def supports_bf16(device: torch.device) -> bool:
     """bf16 kernels need compute capability >= 8.0.
 
