@@ -5,10 +5,12 @@ the Python work around the launch. This script measures, for each implementation
   host µs/call   - wall time of 2000 back-to-back calls, one synchronize at the end;
   device µs/call - time of the same call replayed from a CUDA graph (no Python at all);
   do_bench µs    - what the harness reports (triton.testing.do_bench median, L2 cleared per rep).
-and prints the top entries of a cProfile of our own call. Usage: python benchmarks/host_overhead.py [out.json]
+Then it splits our host time into layers (allocation, Triton's launch, our cached launch, the
+launcher function, the public call) and prints the top entries of a cProfile of our own call. Usage: python benchmarks/host_overhead.py [out.json]
 """
 
 import cProfile
+import importlib
 import io
 import json
 import pstats
@@ -19,6 +21,7 @@ import torch
 
 import tritonforge as tfg  # noqa: I001 (first: it decides the interpreter flag before triton)
 from tritonforge import bench
+import triton.language as tl
 import triton.testing
 
 assert torch.cuda.is_available(), "needs a CUDA GPU"
@@ -82,7 +85,25 @@ for dtype in (torch.bfloat16, torch.float32):
             print(f"{row['dtype']:9} {m:>5}x{n:<5} {name:14} host {row.get('host_us', float('nan')):8.1f} us/call   "
                   f"graph {g if g is None else round(g, 1)}   do_bench {row.get('do_bench_us', float('nan')):8.1f}")
 
+# Where our host time goes, layer by layer (1x8192 bf16): each line adds one layer on top of the last.
+rms_norm_module = importlib.import_module("tritonforge.rms_norm")
 x, w = bench.rmsnorm_inputs(1, 8192, torch.bfloat16, "cuda")
+y = torch.empty_like(x)
+block_n, num_warps = rms_norm_module._row_config(8192, torch.bfloat16)
+constexprs = dict(BLOCK_N=block_n, ROW_FITS=True, ACC_DTYPE=tl.float32, ROUND_BF16=False, STORE_RSTD=False, num_warps=num_warps)
+args = (x, w, y, y, x.stride(0), y.stride(0), 8192, EPS)
+layers = {
+    "torch.empty (the output)": lambda: torch.empty(1, 8192, dtype=torch.bfloat16, device="cuda"),
+    "Triton's own launch: kernel[grid](...)": lambda: rms_norm_module._rms_norm_fwd_kernel[(1,)](*args, **constexprs),
+    "CachedLauncher (key + direct launch)": lambda: rms_norm_module._launch_fwd((1,), *args, **constexprs),
+    "rms_norm_fwd (+ layout, allocation)": lambda: rms_norm_module.rms_norm_fwd(x, w, EPS, save_rstd=False),
+    "tfg.rms_norm (+ checks, routing)": lambda: tfg.rms_norm(x, w, EPS),
+}
+split = []
+for name, fn in layers.items():
+    split.append({"layer": name, "host_us": host_us(fn, calls=5000)})
+    print(f"{name:42} {split[-1]['host_us']:7.2f} us/call")
+
 profiler = cProfile.Profile()
 profiler.enable()
 for _ in range(2000):
@@ -93,4 +114,4 @@ text = io.StringIO()
 pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
 print(text.getvalue()[:6000])
 if len(sys.argv) > 1:
-    json.dump({"rows": rows, "profile_top": text.getvalue()[:20000], "torch": torch.__version__}, open(sys.argv[1], "w"), indent=1)
+    json.dump({"rows": rows, "host_split_1x8192_bf16": split, "profile_top": text.getvalue()[:20000], "torch": torch.__version__}, open(sys.argv[1], "w"), indent=1)

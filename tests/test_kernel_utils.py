@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import tritonforge as tfg
-from tritonforge.kernel_utils import _specialization
+from tritonforge.kernel_utils import _runtime_args, _specialization
 from tritonforge.reference import rms_norm_ref
 from tritonforge.rms_norm import rms_norm_fwd
 
@@ -22,6 +22,41 @@ def test_specialization_separates_what_triton_compiles_separately():
     assert _specialization(32) == _specialization(48) and _specialization(3) == _specialization(5)
     assert _specialization(True) != _specialization(1)
     assert _specialization(1e-6) == _specialization(0.5)  # floats are not specialized
+
+
+def test_launch_values_and_key_agree_with_the_specialization():
+    """The launcher computes key and launch values in one pass; the key must be exactly the
+    per-argument specialization, and a tensor must travel as its data pointer."""
+    base = torch.empty(64)
+    args = (base[:8], base[1:9], base.half(), 1, 16, 17, 2**31, True, 1e-6, None)
+    specializations, values = _runtime_args(args)
+    assert specializations == tuple(_specialization(a) for a in args)
+    assert values[:3] == [t.data_ptr() for t in args[:3]] and values[3:] == list(args[3:])
+
+
+@pytest.mark.gpu
+def test_fast_launches_still_call_registered_launch_hooks():
+    """A profiler's launch hooks (Proton registers them) must see every launch: with a hook
+    registered the launcher goes through Triton's runner, not its own direct call."""
+    import triton
+
+    from tritonforge.axpy import _axpy_kernel
+    from tritonforge.kernel_utils import CachedLauncher
+
+    seen = []
+    hook = lambda metadata: seen.append(metadata.get()["name"])  # noqa: E731
+    launcher = CachedLauncher(_axpy_kernel)
+    x, y = torch.randn(3000, device="cuda"), torch.randn(3000, device="cuda")
+    launcher((3,), x, y, torch.empty_like(x), 2.0, 3000, BLOCK=1024, ROUND_BF16=False)  # compiles: no hook yet
+    triton.knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        for _ in range(3):
+            out = torch.full_like(x, float("nan"))
+            launcher((3,), x, y, out, 2.0, 3000, BLOCK=1024, ROUND_BF16=False)
+            torch.testing.assert_close(out, 2.0 * x + y)
+    finally:
+        triton.knobs.runtime.launch_enter_hook.remove(hook)
+    assert seen == ["_axpy_kernel"] * 3
 
 
 @pytest.mark.gpu

@@ -189,6 +189,23 @@ def test_forward_launcher_returns_rstd(device):
     assert torch.isfinite(y).all()
 
 
+@pytest.mark.parametrize("shape", [(9, 130), (3, 5000)], ids=str)
+def test_inference_forward_skips_rstd_and_computes_the_same_y(shape, device, monkeypatch):
+    """No gradient wanted: no rstd is allocated or stored, and y is bit-identical to the
+    rstd-saving launch (both row paths: 5000 > the patched block of 64 takes the loop)."""
+    monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64 if shape[1] > 1000 else rms_norm_module.MAX_BLOCK_N)
+    rms_norm_module._row_config.cache_clear()
+    try:
+        x, weight = _inputs(shape, torch.float32, device)
+        y_inference, rstd = rms_norm_fwd(x, weight, 1e-6, save_rstd=False)
+        y_training, _ = rms_norm_fwd(x, weight, 1e-6)
+        assert rstd is None
+        assert torch.equal(y_inference, y_training)  # outputs were NaN-poisoned: every element written
+        assert torch.equal(rms_norm(x, weight, 1e-6), y_inference)  # the public call takes this path
+    finally:
+        rms_norm_module._row_config.cache_clear()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: str(d).replace("torch.", ""))
 def test_hugging_face_casting(dtype, device):
     """The kernel follows HF LlamaRMSNorm: normalize in float32, round to x.dtype, then scale.
@@ -404,13 +421,30 @@ def test_gpu_forward_large(shape, dtype):
 @pytest.mark.parametrize(
     "shape,dtype",
     [((4096, 4096), torch.bfloat16), ((8192, 8192), torch.float32), ((1823, 781), torch.float16),
-     ((64, 65536), torch.float32), ((16, 131072), torch.bfloat16)],
+     ((64, 65536), torch.float32), ((16, 131072), torch.bfloat16), ((4096, 8192), torch.bfloat16),
+     ((3001, 4096), torch.float32)],
     ids=str,
 )  # fmt: skip
 def test_gpu_backward_large(shape, dtype):
+    """Many rows per program: the software-pipelined row loop (rows up to 16 KB: bf16 8192,
+    fp32 4096, fp16 781) and the plain one (fp32 8192), uneven row counts included."""
     _skip_unsupported(dtype, "cuda")
     x, weight = _inputs(shape, dtype, "cuda")
     _check_backward(x, weight)
+
+
+def test_backward_pipelines_only_where_it_fits(monkeypatch):
+    """3 stages on Ampere+ for rows up to 16 KB; never on a T4 (64 KB of shared memory), for
+    long rows, or off the compiled path."""
+    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(runtime, "device_capability", lambda device: (9, 0))
+    stages = rms_norm_module._bwd_stages
+    assert stages(8192, torch.bfloat16, cuda) == 3 and stages(4096, torch.float32, cuda) == 3
+    assert stages(8192, torch.float32, cuda) == 1 and stages(16384, torch.float16, cuda) == 1
+    assert stages(8192, torch.bfloat16, torch.device("cpu")) == 1
+    monkeypatch.setattr(runtime, "device_capability", lambda device: (7, 5))
+    assert stages(1024, torch.float16, cuda) == 1
 
 
 @pytest.mark.gpu

@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-from tritonforge import runtime
+from tritonforge import _triton, runtime
 from tritonforge._triton import tl, triton
 
 
@@ -66,19 +66,44 @@ def _specialization(value: object) -> tuple:
     return ("value", value)  # anything else (None, a dtype) is passed through as itself
 
 
+def _runtime_args(args: tuple) -> tuple[tuple, list]:
+    """``(specializations, values)`` of a launch's runtime arguments, in one pass: each argument's
+    :func:`_specialization`, and what the C launcher is given (a tensor's ``data_ptr()``, which
+    the alignment check needs anyway; other values as they are)."""
+    specializations, values = [], []
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            ptr = value.data_ptr()
+            specializations.append(("ptr", value.dtype, ptr % 16 == 0))  # as _specialization(value)
+            values.append(ptr)
+        else:
+            specializations.append(_specialization(value))
+            values.append(value)
+    return tuple(specializations), values
+
+
 class CachedLauncher:
     """Launch a ``@triton.jit`` kernel with less host time than ``kernel[grid](...)``.
 
-    ``kernel[grid](...)`` re-binds and re-specializes every argument and hashes the result on
-    every call: on triton 3.6 that costs tens of microseconds of Python per launch — longer than
-    a decode-sized RMSNorm runs on the GPU (about 3 µs on an H200). Here the specialization is
-    computed directly (:func:`_specialization`), the compiled kernel that the first launch
-    produced is kept per specialization, and later launches go straight to it through Triton's
-    own ``CompiledKernel[grid](*args)``. In the interpreter every launch takes the ordinary
-    path (nothing is compiled there).
+    ``kernel[grid](...)`` re-binds and re-specializes every argument, hashes the result and
+    builds launch metadata on every call: on triton 3.6 that costs tens of microseconds of Python
+    per launch — longer than a decode-sized RMSNorm runs on the GPU (about 3 µs on an H200).
+    Here the first launch of each specialization goes through ``kernel[grid]`` (which compiles, or
+    loads from Triton's cache, and checks everything); the compiled kernel it returns is kept
+    under the key :meth:`key`, and later launches call its C launcher directly, with
 
-    Call it like the kernel: ``launcher(grid, *tensor_and_runtime_args, CONST=..., num_warps=...)``,
-    with every constexpr passed by keyword.
+    - the device and stream read with the same raw calls Triton uses
+      (``torch._C._cuda_getDevice``, ``torch._C._cuda_getCurrentRawStream``);
+    - tensors passed as their ``data_ptr()`` integers (which the key needs anyway for the
+      alignment check), so the launcher skips its per-pointer driver query;
+    - no launch metadata and no hooks, *unless* a profiler registered launch hooks
+      (``triton.knobs.runtime.launch_enter_hook``/``launch_exit_hook``), in which case every
+      launch takes Triton's own compiled-kernel runner, hooks included.
+
+    In the interpreter, and on Triton versions other than :attr:`FAST_PATH_TRITON`, every
+    launch takes the ordinary path. Call it like the kernel:
+    ``launcher(grid, *tensor_and_runtime_args, CONST=..., num_warps=...)``, with every constexpr
+    passed by keyword.
     """
 
     FAST_PATH_TRITON = ("3.6.",)
@@ -93,23 +118,74 @@ class CachedLauncher:
     def key(args: tuple, kwargs: dict) -> tuple:
         """The cache key of one launch: the runtime arguments' specializations, and the constexpr
         values and launch options *as they are* (every distinct value compiles its own binary)."""
-        return tuple(_specialization(a) for a in args), tuple(kwargs.items())
+        return _runtime_args(args)[0], tuple(kwargs.items())
 
     def __call__(self, grid: tuple, *args, **kwargs) -> None:
-        if runtime.interpreting() or not _triton_version().startswith(self.FAST_PATH_TRITON):
+        if not _fast_path_available():
             self.kernel[grid](*args, **kwargs)
             return
-        key = (torch.cuda.current_device(), *self.key(args, kwargs))
-        compiled = self._compiled.get(key)
-        if compiled is None:  # first launch of this specialization: compile (or fetch) through Triton
-            self._compiled[key] = self.kernel[grid](*args, **kwargs)
+        device = torch._C._cuda_getDevice()  # Triton launches on the current device, as here
+        specializations, values = _runtime_args(args)
+        key = (device, specializations, tuple(kwargs.items()))
+        entry = self._compiled.get(key)
+        if entry is None:  # first launch of this specialization: compile (or fetch) through Triton
+            compiled = self.kernel[grid](*args, **kwargs)
+            self._compiled[key] = _LaunchEntry(compiled, [kwargs[name] for name in self.kernel.arg_names[len(args):]])
             return
-        # Every parameter in declaration order, constexprs included, as Triton's launcher takes them.
-        constexprs = [kwargs[name] for name in self.kernel.arg_names[len(args):]]
-        grid3 = (tuple(grid) + (1, 1))[:3]  # CompiledKernel's runner reads three grid dimensions
-        compiled[grid3](*args, *constexprs, stream=torch.cuda.current_stream().cuda_stream)
+        grid3 = (*grid, 1, 1) if len(grid) < 3 else grid  # the launcher reads three grid dimensions
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        if entry.launch is None or _launch_hooks_registered():
+            entry.compiled[grid3](*args, *entry.constexprs, stream=stream)  # Triton's runner, hooks and all
+            return
+        entry.launch(grid3[0], grid3[1], grid3[2], stream, entry.function, entry.cooperative, entry.pdl,
+                     None, None, entry.packed_metadata, None, None, None, *values, *entry.constexprs)  # fmt: skip
+
+
+class _LaunchEntry:
+    """What a direct launch of one compiled kernel needs, read once from Triton's objects."""
+
+    __slots__ = ("compiled", "constexprs", "launch", "function", "packed_metadata", "cooperative", "pdl")
+
+    def __init__(self, compiled, constexprs: list):
+        self.compiled = compiled
+        self.constexprs = tuple(constexprs)  # in declaration order, as the C launcher takes them
+        runner = compiled.run  # triton's CudaLauncher (loads the binary on first access)
+        self.function = compiled.function
+        self.packed_metadata = compiled.packed_metadata
+        self.cooperative = getattr(runner, "launch_cooperative_grid", None)
+        self.pdl = getattr(runner, "launch_pdl", None)
+        # Kernels that need global or profiler scratch memory get it allocated per launch by
+        # Triton's Python wrapper: those keep going through it (self.launch = None).
+        simple = (
+            getattr(runner, "global_scratch_size", 1) == 0
+            and getattr(runner, "profile_scratch_size", 1) == 0
+            and self.cooperative is not None
+            and self.pdl is not None
+        )
+        self.launch = getattr(runner, "launch", None) if simple else None
+
+
+def _launch_hooks_registered() -> bool:
+    """True when someone (a profiler such as Proton) registered Triton launch hooks."""
+    runtime_knobs = triton.knobs.runtime
+    for hook in (runtime_knobs.launch_enter_hook, runtime_knobs.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):  # an empty HookChain means none
+            return True
+    return False
 
 
 @functools.lru_cache(maxsize=None)
 def _triton_version() -> str:
     return str(getattr(triton, "__version__", ""))
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_path_available() -> bool:
+    """Compiled kernels (not the interpreter, which is decided once, at import) on a Triton
+    version this launcher was checked against, with the raw CUDA calls it uses."""
+    return (
+        not _triton.INTERPRETING
+        and _triton_version().startswith(CachedLauncher.FAST_PATH_TRITON)
+        and hasattr(torch._C, "_cuda_getCurrentRawStream")
+        and hasattr(torch._C, "_cuda_getDevice")
+    )

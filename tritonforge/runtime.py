@@ -114,8 +114,7 @@ def reset_routing_state() -> None:
 
 
 def _record(route: Route) -> None:
-    with _lock:
-        _last_routes[route.op] = route
+    _last_routes[route.op] = route  # one dict store: atomic under the GIL, no lock needed
 
 
 def _fall_back(route: Route, cause: Optional[BaseException] = None) -> None:
@@ -182,12 +181,19 @@ def supports_bf16(device: torch.device) -> bool:
     return cap is None or cap >= (8, 0)
 
 
+@functools.lru_cache(maxsize=None)
+def _served(op: str, path: str) -> Route:
+    # The Route of a call served by a kernel carries no detail, so one object per (op, path) is
+    # built once and reused: a dataclass per call would cost host time on every launch.
+    return Route(op, path)
+
+
 def _device_route(op: str, device: torch.device) -> Optional[Route]:
     """Check 2: the path the device allows, or a fallback Route."""
     if interpreting():
-        return Route(op, "interpreter")
+        return _served(op, "interpreter")
     if device.type == "cuda":
-        return Route(op, "triton")
+        return _served(op, "triton")
     return Route(
         op,
         "torch",
