@@ -39,27 +39,6 @@ def host_us(fn, calls=2000):
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def graph_us(fn, replays=200):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / replays * 1e3
-
-
 rows = []
 impls = bench.rmsnorm_implementations()
 for dtype in (torch.bfloat16, torch.float32):
@@ -74,7 +53,7 @@ for dtype in (torch.bfloat16, torch.float32):
                 row = {"impl": name, "dtype": str(dtype)[6:], "shape": [m, n], "host_us": host_us(call)}
                 row["do_bench_us"] = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
                 try:
-                    row["graph_us"] = graph_us(call)
+                    row["graph_us"] = bench.graph_replay_us(call, replays=200)
                 except Exception as exc:  # noqa: BLE001
                     row["graph_us"] = None
                     row["graph_error"] = f"{type(exc).__name__}: {exc}"[:200]

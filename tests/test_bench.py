@@ -449,6 +449,15 @@ def test_quick_axpy_suite_on_gpu():
 
 
 @pytest.mark.gpu
+def test_graph_replay_times_the_captured_work():
+    """The graph really replays fn: 3 warm-up calls, one check replay, then the timed replays."""
+    out = torch.zeros(1 << 20, device="cuda")
+    us = bench.graph_replay_us(lambda: out.add_(1.0), replays=10)
+    assert torch.all(out == 3 + 1 + 10)
+    assert 0 < us < 1e4
+
+
+@pytest.mark.gpu
 def test_profile_maps_eager_kernels_to_aten_ops_on_gpu():
     dtype = bench.default_dtypes("cuda", quick=True)[0]
     rows = bench.run_profile_eager_rmsnorm(None, dtypes=[dtype], shapes=[(256, 512)], impls=["hf-eager"])

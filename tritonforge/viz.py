@@ -39,6 +39,9 @@ IMPL_COLORS = {  # the same implementation keeps its colour in every chapter
     "liger": "#ff7f0e",
 }
 
+POINT_MARKERS = "osD^vP*X"
+"""Roofline point markers, one per legend group in order (points that coincide stay tellable)."""
+
 
 def as_results(results) -> Results:
     """Accept a :class:`~tritonforge.bench.Results` or a ``{"metadata", "rows"}`` dict."""
@@ -144,15 +147,15 @@ def as_ceilings(ceilings) -> Ceilings:
 def roofline_points(rows: Iterable[dict], label=None) -> list[dict]:
     """Turn result rows with bytes, flops and us into roofline points.
 
-    Each point: ``{"label", "intensity" (FLOP/byte), "tflops"}``. ``label(row)`` names a point
-    (default: "impl dtype shape").
+    Each point: ``{"label", "group", "intensity" (FLOP/byte), "tflops"}``. ``label(row)`` names a
+    point (default: "impl dtype shape"); ``group`` is the implementation (one legend entry each).
     """
     label = label or (lambda r: f"{r['impl']} {r['dtype']} {shape_label(r['shape'])}")
     points = []
     for r in rows:
         if r.get("status") == "ok" and r.get("bytes") and r.get("flops") and r.get("us"):
             tflops = r["flops"] / (r["us"] * 1e-6) / 1e12
-            points.append({"label": label(r), "intensity": r["flops"] / r["bytes"], "tflops": tflops})
+            points.append({"label": label(r), "group": r.get("impl"), "intensity": r["flops"] / r["bytes"], "tflops": tflops})
     return points
 
 
@@ -169,11 +172,14 @@ def roofline(
     Args:
         ax: a matplotlib Axes.
         ceilings: :class:`~tritonforge.bench.Ceilings`, its dict form, or Results carrying them.
-        points: dicts with ``intensity`` (FLOP/byte) and ``tflops``, and optionally ``label``;
-            result rows with bytes/flops/us are converted with :func:`roofline_points`.
+        points: dicts with ``intensity`` (FLOP/byte) and ``tflops``, and optionally ``label`` and
+            ``group``; result rows with bytes/flops/us are converted with :func:`roofline_points`.
         dtypes: which matmul roofs to draw (default: every one measured).
-        annotate: write each point's label beside it (default: when there are at most 8 points).
-            Points also get one legend entry per first word of their label (the implementation).
+        annotate: write each point's label beside it. Default: only when points share legend
+            groups and there are at most 8 of them (a point that is its own group is already
+            named in the legend, and labels of neighbouring points would overlap).
+            Each group (a point's ``group``, else its ``label``) gets one legend entry and its own
+            marker.
 
     Returns:
         ``ax``, with the x axis "arithmetic intensity (FLOP/byte)" and y axis "TFLOP/s".
@@ -193,14 +199,15 @@ def roofline(
     ax.plot(grid, bandwidth_tb * grid, color="black", linewidth=1, linestyle=":", label=f"copy bandwidth {bandwidth_tb:.2f} TB/s")
     for dtype, peak in sorted(peaks.items(), key=lambda item: -item[1]):
         ax.plot(grid, np.minimum(peak, bandwidth_tb * grid), linewidth=2, label=f"{dtype} matmul {peak:.0f} TFLOP/s")
+    groups = [str(p.get("group") or p.get("label") or "") for p in points]
     if annotate is None:
-        annotate = len(points) <= 8
-    legend_groups = set()
-    for p in points:
-        group = str(p.get("label", "")).split(" ")[0]  # "tritonforge bfloat16 4096×512" -> "tritonforge"
-        ax.scatter([p["intensity"]], [p["tflops"]], zorder=3, color=IMPL_COLORS.get(group),
-                   label=None if group in legend_groups else group)  # fmt: skip
-        legend_groups.add(group)
+        annotate = len(points) <= 8 and len(set(groups)) < len(points)
+    markers: dict[str, str] = {}
+    for p, group in zip(points, groups):
+        first = group not in markers
+        marker = markers.setdefault(group, POINT_MARKERS[len(markers) % len(POINT_MARKERS)])
+        ax.scatter([p["intensity"]], [p["tflops"]], zorder=3, color=IMPL_COLORS.get(group), marker=marker,
+                   label=group if first else None)  # fmt: skip
         if annotate and p.get("label"):
             position = (p["intensity"], p["tflops"])
             ax.annotate(p["label"], position, textcoords="offset points", xytext=(4, -10), fontsize="x-small")

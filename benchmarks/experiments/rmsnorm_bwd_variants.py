@@ -33,19 +33,6 @@ def bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, stride, M, N, rows_per_
         tl.store(dx_ptr + row * stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
     tl.store(dwp_ptr + pid * N + cols, dw_acc, mask=mask)
 
-def graph_us(fn, replays=50):
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3): fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g): fn()
-    g.replay(); torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(replays): g.replay()
-    b.record(); torch.cuda.synchronize()
-    return a.elapsed_time(b) / replays * 1e3
 
 copy = bench.measure_copy(bench.COPY_BYTES, device="cuda", timer=bench.do_bench_timer())
 gbps = copy["gbps"]; print("copy", gbps, flush=True)
@@ -62,7 +49,7 @@ for dtype, m, n in ((torch.bfloat16, 4096, 8192), (torch.bfloat16, 32768, 8192),
         err = max(((dx.float() - dx_ref.float()).abs().max() / dx_ref.float().abs().max()).item(),
                   ((dw.float() - dw_ref.float()).abs().max() / dw_ref.float().abs().max()).item())
         db = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
-        gr = graph_us(fn)
+        gr = bench.graph_replay_us(fn, replays=50)
         row = dict(dtype=str(dtype)[6:], m=m, n=n, name=name, **v, err=err, do_bench_us=db, graph_us=gr,
                    frac_db=nbytes / (db * 1e-6) / 1e9 / gbps, frac_graph=nbytes / (gr * 1e-6) / 1e9 / gbps)
         rows.append(row); print(row, flush=True)

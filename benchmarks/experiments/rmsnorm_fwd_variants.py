@@ -54,19 +54,6 @@ def fwd(x_ptr, w_ptr, y_ptr, x_stride, y_stride, N, eps,
             else:
                 tl.store(y_row + start + cols, y, mask=mask)
 
-def graph_us(fn, replays=100):
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3): fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g): fn()
-    g.replay(); torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(replays): g.replay()
-    b.record(); torch.cuda.synchronize()
-    return a.elapsed_time(b) / replays * 1e3
 
 copy = bench.measure_copy(bench.COPY_BYTES, device="cuda", timer=bench.do_bench_timer())
 gbps = copy["gbps"]
@@ -92,7 +79,7 @@ for dtype, m, n in ((torch.bfloat16, 4096, 8192), (torch.bfloat16, 16384, 4096),
         torch.cuda.synchronize()
         err = ((y.double() - ref).abs() / (ref.abs() + 1e-3)).max().item()
         db = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
-        gr = graph_us(call)
+        gr = bench.graph_replay_us(call)
         row = dict(dtype=str(dtype)[6:], m=m, n=n, name=name, **v, max_rel=err, do_bench_us=db, graph_us=gr,
                    frac_db=nbytes / (db * 1e-6) / 1e9 / gbps, frac_graph=nbytes / (gr * 1e-6) / 1e9 / gbps)
         rows.append(row); print(row, flush=True)
