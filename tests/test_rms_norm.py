@@ -132,8 +132,34 @@ def test_forward_small_block_cap_many_column_blocks(dtype, device, monkeypatch):
     """A tiny block cap sends ordinary rows through the column loop (17 blocks, ragged tail)."""
     _skip_unsupported(dtype, device)
     monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64)
+    assert rms_norm_module._row_config(1000, dtype)[0] < 1000  # the patched cap reaches the cached config
     x, weight = _inputs((5, 1000), dtype, device)
     _check_forward(x, weight)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).replace("torch.", ""))
+def test_forward_measured_two_pass_exceptions(dtype, device, monkeypatch):
+    """Rows of 4096 with many rows take two passes (16-bit: blocks of 2048; float32: the whole row
+    as one block, re-read). MANY_ROWS lowered so that a few rows reach those paths here."""
+    _skip_unsupported(dtype, device)
+    monkeypatch.setattr(rms_norm_module, "MANY_ROWS", 2)
+    block, _, one_pass = rms_norm_module._fwd_config(3, 4096, dtype)
+    assert not one_pass and block == (2048 if dtype == torch.bfloat16 else 4096)
+    x, weight = _inputs((3, 4096), dtype, device)
+    _check_forward(x, weight)
+
+
+def test_fwd_config_exceptions_apply_only_where_measured():
+    cfg = rms_norm_module._fwd_config
+    many = rms_norm_module.MANY_ROWS
+    assert cfg(many, 4096, torch.bfloat16) == (2048, 8, False)
+    assert cfg(many, 4096, torch.float16) == (2048, 8, False)
+    assert cfg(many, 4096, torch.float32) == (4096, 16, False)
+    assert cfg(many - 1, 4096, torch.bfloat16)[2] and cfg(1, 4096, torch.float32)[2]  # decode: one pass
+    for n, dtype in ((8192, torch.bfloat16), (2048, torch.float32), (4096, torch.float64), (512, torch.float16),
+                     (3000, torch.bfloat16), (4095, torch.float32)):
+        block, warps = rms_norm_module._row_config(n, dtype)
+        assert cfg(many, n, dtype) == (block, warps, n <= block)
 
 
 def test_forward_row_strided_view_is_read_in_place(device):
@@ -194,16 +220,13 @@ def test_inference_forward_skips_rstd_and_computes_the_same_y(shape, device, mon
     """No gradient wanted: no rstd is allocated or stored, and y is bit-identical to the
     rstd-saving launch (both row paths: 5000 > the patched block of 64 takes the loop)."""
     monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64 if shape[1] > 1000 else rms_norm_module.MAX_BLOCK_N)
-    rms_norm_module._row_config.cache_clear()
-    try:
-        x, weight = _inputs(shape, torch.float32, device)
-        y_inference, rstd = rms_norm_fwd(x, weight, 1e-6, save_rstd=False)
-        y_training, _ = rms_norm_fwd(x, weight, 1e-6)
-        assert rstd is None
-        assert torch.equal(y_inference, y_training)  # outputs were NaN-poisoned: every element written
-        assert torch.equal(rms_norm(x, weight, 1e-6), y_inference)  # the public call takes this path
-    finally:
-        rms_norm_module._row_config.cache_clear()
+    assert (shape[1] > rms_norm_module._row_config(shape[1], torch.float32)[0]) == (shape[1] > 1000)
+    x, weight = _inputs(shape, torch.float32, device)
+    y_inference, rstd = rms_norm_fwd(x, weight, 1e-6, save_rstd=False)
+    y_training, _ = rms_norm_fwd(x, weight, 1e-6)
+    assert rstd is None
+    assert torch.equal(y_inference, y_training)  # outputs were NaN-poisoned: every element written
+    assert torch.equal(rms_norm(x, weight, 1e-6), y_inference)  # the public call takes this path
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=lambda d: str(d).replace("torch.", ""))
@@ -260,6 +283,7 @@ def test_backward_matches_reference_other_dtypes(dtype, device):
 @pytest.mark.parametrize("shape", [(11, 200), (3, 64)], ids=str)
 def test_backward_small_block_cap(shape, device, monkeypatch):
     monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64)  # backward block 32: loop path
+    assert shape[1] > rms_norm_module._row_config(shape[1], torch.float32, backward=True)[0]
     x, weight = _inputs(shape, torch.float32, device)
     _check_backward(x, weight)
 
@@ -269,6 +293,7 @@ def test_backward_only_the_gradients_asked_for(need_dx, need_dw, device, monkeyp
     x, weight = _inputs((10, 70), torch.float32, device)
     _check_backward(x, weight, need_dx=need_dx, need_dw=need_dw)
     monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 32)
+    assert 70 > rms_norm_module._row_config(70, torch.float32, backward=True)[0]  # now the column loop
     _check_backward(x, weight, need_dx=need_dx, need_dw=need_dw)
 
 
@@ -333,6 +358,8 @@ def test_gradcheck_fp64_through_the_kernels(shape, device):
 
 def test_gradcheck_fp64_column_loop(device, monkeypatch):
     monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64)  # fp64: fwd block 32, bwd block 16
+    assert rms_norm_module._row_config(75, torch.float64) == (32, 4)
+    assert rms_norm_module._row_config(75, torch.float64, backward=True)[0] == 16
     x, weight = _inputs((5, 75), torch.float64, device, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: rms_norm(a, b, 1e-3), (x, weight), fast_mode=True)
     _assert_kernel_ran()
@@ -407,7 +434,8 @@ def test_bad_inputs(device):
     "shape,dtype",
     [((4096, 8192), torch.bfloat16), ((32768, 4096), torch.float16), ((4096, 8192), torch.float32),
      ((1823, 781), torch.bfloat16), ((5, 123, 123), torch.float16), ((64, 65536), torch.bfloat16),
-     ((16, 131072), torch.float32)],
+     ((16, 131072), torch.float32), ((3001, 4096), torch.float32), ((2048, 4096), torch.bfloat16),
+     ((2048, 3000), torch.bfloat16)],
     ids=str,
 )  # fmt: skip
 def test_gpu_forward_large(shape, dtype):

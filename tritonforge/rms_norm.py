@@ -27,7 +27,9 @@ Memory traffic. Eager PyTorch runs about five kernels for the forward (square, m
 rsqrt, two multiplies), each a trip through HBM. The fused forward reads ``x`` and ``w`` once
 and writes ``y`` and ``rstd``: when a row fits in one block (``N <= BLOCK_N``) the row stays in
 registers between the sum of squares and the normalization. Longer rows loop over column
-blocks twice (sum of squares, then normalize and store), so the second read usually hits L2.
+blocks twice (sum of squares, then normalize and store), so the second read usually hits L2;
+``_fwd_config`` also sends rows of 4096 through the two passes when there are many rows, where
+that measured faster.
 
 Dtypes and casting (Hugging Face ``LlamaRMSNorm`` semantics)::
 
@@ -88,7 +90,7 @@ def _rms_norm_fwd_kernel(
     N,  # row length (runtime: every N shares one compiled kernel)
     eps: tl.float64,  # added to the mean square; typed fp64 so fp64 inputs get it exactly
     BLOCK_N: tl.constexpr,  # columns per block (power of two)
-    ROW_FITS: tl.constexpr,  # N <= BLOCK_N: keep the row in registers, one read of x
+    ROW_FITS: tl.constexpr,  # one pass, the row kept in registers (needs N <= BLOCK_N); else two passes
     ACC_DTYPE: tl.constexpr,  # tl.float32, or tl.float64 for float64 inputs
     ROUND_BF16: tl.constexpr,  # interpreter + bf16: round the downcasts by hand
     STORE_RSTD: tl.constexpr,  # write rstd (only autograd needs it; inference skips the store)
@@ -224,13 +226,18 @@ INTERPRETER_BWD_PROGRAMS = 8
 """Backward programs in the interpreter: few, because each program costs CPU time."""
 
 
-@functools.lru_cache(maxsize=1024)
 def _row_config(N: int, dtype: torch.dtype, *, backward: bool = False) -> tuple[int, int]:
     """``(BLOCK_N, num_warps)`` for rows of ``N`` elements (``num_warps`` matters on GPU only).
 
     Cached, and in plain Python: it runs on every call, and host time is what a decode-sized
-    call is made of."""
-    cap = MAX_BLOCK_N
+    call is made of. The cache is keyed on ``MAX_BLOCK_N`` too, so a changed cap (tests lower it
+    to reach the column loop with small rows) takes effect."""
+    return _row_config_cached(N, dtype, backward, MAX_BLOCK_N)
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_config_cached(N: int, dtype: torch.dtype, backward: bool, max_block_n: int) -> tuple[int, int]:
+    cap = max_block_n
     if dtype == torch.float64:
         cap //= 2
     if backward:
@@ -244,6 +251,33 @@ def _row_config(N: int, dtype: torch.dtype, *, backward: bool = False) -> tuple[
     else:
         num_warps = 16
     return block_n, num_warps
+
+
+MANY_ROWS = 1024
+"""From this many rows on, the forward applies the measured exceptions of :func:`_fwd_config`."""
+
+
+def _fwd_config(M: int, N: int, dtype: torch.dtype) -> tuple[int, int, bool]:
+    """``(BLOCK_N, num_warps, one_pass)`` for the forward: :func:`_row_config`, one pass whenever
+    the row fits a block, except where measurement on the H200 said otherwise.
+
+    Rows of 4096 elements, with many rows (``benchmarks/experiments``, ``rmsnorm-fwd-blocks`` and
+    ``rmsnorm-fwd-passes``, three interleaved repeats each, 16384x4096):
+
+    - 16-bit: two passes over blocks of 2048 with 8 warps, 0.92-0.93 of copy bandwidth against
+      0.90 for one pass (three separate sweeps agreed);
+    - float32: two passes with the whole row as one block and 16 warps (the row re-read from L2,
+      as torch.compile's kernel does), 0.975 against 0.934.
+
+    Not applied to few rows (a decode-sized call is latency-bound, and a second pass over the row
+    adds a round trip that nothing hides), nor to other row lengths, which were not measured."""
+    block_n, num_warps = _row_config(N, dtype)
+    if M >= MANY_ROWS and N == 4096 and block_n == 4096:
+        if dtype.itemsize == 2:
+            return 2048, 8, False
+        if dtype == torch.float32:
+            return 4096, 16, False
+    return block_n, num_warps, N <= block_n
 
 
 BWD_PIPELINE_STAGES = 3
@@ -312,11 +346,11 @@ def rms_norm_fwd(
     dtype = x.dtype
     y = _empty(M, N, dtype=dtype, device=x.device)  # [M, N]
     rstd = _empty(M, dtype=torch.float64 if dtype == torch.float64 else torch.float32, device=x.device) if save_rstd else None  # [M]
-    block_n, num_warps = _row_config(N, dtype)
+    block_n, num_warps, one_pass = _fwd_config(M, N, dtype)
     _launch_fwd((M,),
         x_rows, weight, y, rstd if save_rstd else y,  # without rstd the pointer is never touched
         x_rows.stride(0), y.stride(0), N, float(eps),
-        BLOCK_N=block_n, ROW_FITS=N <= block_n, ACC_DTYPE=acc_dtype(dtype),
+        BLOCK_N=block_n, ROW_FITS=one_pass, ACC_DTYPE=acc_dtype(dtype),
         ROUND_BF16=round_bf16_by_hand(dtype), STORE_RSTD=save_rstd, num_warps=num_warps,
     )  # fmt: skip
     return (y if x.dim() == 2 else y.view(x.shape)), rstd
