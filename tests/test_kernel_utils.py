@@ -17,6 +17,7 @@ def test_specialization_separates_what_triton_compiles_separately():
     assert _specialization(aligned) != _specialization(misaligned)
     assert _specialization(aligned) != _specialization(base.half()[:8])  # dtype
     assert _specialization(aligned) == _specialization(base[4:12])  # 16-byte offset: same binary
+    assert _specialization(aligned)[-1] is False  # on the CPU: never the key of a GPU launch
     ints = [_specialization(v) for v in (1, 16, 17, 2**31, 2**63 + 16)]
     assert len(set(ints)) == 5  # ==1, multiple of 16, plain, i64, u64
     assert _specialization(32) == _specialization(48) and _specialization(3) == _specialization(5)
@@ -32,6 +33,24 @@ def test_launch_values_and_key_agree_with_the_specialization():
     specializations, values = _runtime_args(args)
     assert specializations == tuple(_specialization(a) for a in args)
     assert values[:3] == [t.data_ptr() for t in args[:3]] and values[3:] == list(args[3:])
+
+
+@pytest.mark.gpu
+def test_a_cpu_tensor_never_reuses_a_gpu_launch():
+    """Same dtype and alignment as a cached GPU launch, but on the CPU: the key differs, so the
+    launch goes through Triton, which refuses the host pointer with an error (not a GPU fault)."""
+    from tritonforge.axpy import _axpy_kernel
+    from tritonforge.kernel_utils import CachedLauncher
+
+    launcher = CachedLauncher(_axpy_kernel)
+    x, y = torch.randn(3000, device="cuda"), torch.randn(3000, device="cuda")
+    out = torch.empty_like(x)
+    for _ in range(2):  # compile, then the cached direct launch
+        launcher((3,), x, y, out, 2.0, 3000, BLOCK=1024, ROUND_BF16=False)
+    with pytest.raises(ValueError, match="cpu tensor"):
+        launcher((3,), x.cpu(), y, out, 2.0, 3000, BLOCK=1024, ROUND_BF16=False)
+    torch.cuda.synchronize()  # the context is intact
+    torch.testing.assert_close(out, 2.0 * x + y)
 
 
 @pytest.mark.gpu

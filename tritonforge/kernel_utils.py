@@ -52,10 +52,12 @@ def _specialization(value: object) -> tuple:
     is a multiple of 16 bytes (16-byte vector loads need it); each integer's width (i32 / i64 /
     u64), whether it equals 1 and whether it is a multiple of 16; the value of every constexpr;
     and the launch options. Floats are not specialized. This tuple records exactly those
-    properties, so two calls with equal tuples can share one binary.
+    properties, so two calls with equal tuples can share one binary — plus, for a tensor, whether
+    it is on the GPU, so that a CPU tensor never reuses a GPU launch: its first launch goes through
+    Triton, which rejects it with a clear error instead of handing the GPU a host address.
     """
     if isinstance(value, torch.Tensor):
-        return ("ptr", value.dtype, value.data_ptr() % 16 == 0)
+        return ("ptr", value.dtype, value.data_ptr() % 16 == 0, value.is_cuda)
     if isinstance(value, bool):
         return ("bool", value)
     if isinstance(value, int):
@@ -74,7 +76,7 @@ def _runtime_args(args: tuple) -> tuple[tuple, list]:
     for value in args:
         if isinstance(value, torch.Tensor):
             ptr = value.data_ptr()
-            specializations.append(("ptr", value.dtype, ptr % 16 == 0))  # as _specialization(value)
+            specializations.append(("ptr", value.dtype, ptr % 16 == 0, value.is_cuda))  # as _specialization(value)
             values.append(ptr)
         else:
             specializations.append(_specialization(value))
