@@ -13,6 +13,8 @@
 # Environment:
 #   PYTHON      the interpreter (default python3)
 #   BENCH_ARGS  extra options for every suite, e.g. BENCH_ARGS="--quick"
+#   TRITONFORGE_GIT_COMMIT  the full commit hash of the tree being measured, recorded instead of
+#               what `git rev-parse HEAD` says (a tree copied to a GPU machine can carry an older .git)
 #   WHEELS      a folder of wheels to install first into a private folder (default .whl): put
 #               Liger-Kernel's pure-Python wheel there (pip download --no-deps liger-kernel) to
 #               measure it; without it the Liger rows say "unavailable".

@@ -481,3 +481,13 @@ def test_recorded_results_ship_with_the_package(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert bench.results_directory() == packaged
     assert bench.results_directory("elsewhere") == tmp_path / "no-checkout" / "elsewhere"
+
+
+def test_git_commit_can_be_declared_for_a_copied_tree(monkeypatch):
+    """A working tree copied to a GPU machine may carry stale git metadata: a declared full hash
+    wins (dirty unknown); anything that is not a full hash is ignored."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    monkeypatch.setenv(bench.GIT_COMMIT_ENV, sha.upper())
+    assert bench.git_state() == (sha, None)
+    monkeypatch.setenv(bench.GIT_COMMIT_ENV, "HEAD")
+    assert bench.git_state()[0] != "HEAD"

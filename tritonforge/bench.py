@@ -49,6 +49,7 @@ import importlib.metadata
 import inspect
 import json
 import math
+import os
 import platform
 import re
 import subprocess
@@ -891,8 +892,19 @@ def collect_metadata(suite: str, ceilings: Ceilings, timer: Timer, *, quick: boo
     }
 
 
+GIT_COMMIT_ENV = "TRITONFORGE_GIT_COMMIT"
+"""Set it to the full commit hash when the checkout's own git metadata cannot be trusted: a copy
+of a working tree sent to a GPU machine may carry an older ``.git`` than the files it holds.
+The results then record that commit, with ``git_dirty`` null (unknown)."""
+
+
 def git_state() -> tuple[Optional[str], Optional[bool]]:
-    """(commit, has uncommitted changes) of the checkout holding this file; (None, None) if unknown."""
+    """(commit, has uncommitted changes) of the checkout holding this file; (None, None) if unknown.
+
+    A full hash in ``$TRITONFORGE_GIT_COMMIT`` takes precedence (see :data:`GIT_COMMIT_ENV`)."""
+    declared = os.environ.get(GIT_COMMIT_ENV, "").strip().lower()
+    if re.fullmatch(r"[0-9a-f]{40}", declared):
+        return declared, None
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
         status = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
