@@ -460,11 +460,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     runtime.check_tensor("weight", weight, dtypes=RMS_NORM_DTYPES)
     if weight.dim() != 1:
         raise ValueError(f"weight must be 1-D with x.shape[-1] = {x.shape[-1]} elements, got shape {tuple(weight.shape)}")
-    device = x.device
-    if weight.device != device:
-        runtime.check_same_device(x=x, weight=weight)  # raises, naming both
-    if weight.dtype != x.dtype:
-        runtime.check_same_dtype(x=x, weight=weight)  # raises, naming both
+    device = runtime.check_same_device(x=x, weight=weight)
+    runtime.check_same_dtype(x=x, weight=weight)
     if weight.shape[0] != x.shape[-1]:
         raise ValueError(f"weight has {weight.shape[0]} elements but x.shape[-1] is {x.shape[-1]}; they must match")
     eps = _check_eps(eps)

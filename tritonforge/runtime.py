@@ -271,36 +271,42 @@ def check_tensor(
 
 
 def check_same_device(**tensors: torch.Tensor) -> torch.device:
-    """Raise ``ValueError`` unless all tensors live on one device; return that device."""
-    items = list(tensors.items())
-    first_name, first = items[0]
-    for name, t in items[1:]:
-        if t.device != first.device:
-            raise ValueError(f"{name} is on {t.device} but {first_name} is on {first.device}; move them to one device")
-    return first.device
+    """Raise ``ValueError`` unless all tensors live on one device; return that device.
+
+    These checks run on every call of every op, so they compare first and build a message only
+    when something differs (host time is what a decode-sized call is made of)."""
+    items = iter(tensors.items())
+    first_name, first = next(items)
+    device = first.device
+    for name, t in items:
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device} but {first_name} is on {device}; move them to one device")
+    return device
 
 
 def check_same_dtype(**tensors: torch.Tensor) -> torch.dtype:
-    """Raise ``TypeError`` unless all tensors share a dtype; return it."""
-    items = list(tensors.items())
-    first_name, first = items[0]
-    for name, t in items[1:]:
-        if t.dtype != first.dtype:
+    """Raise ``TypeError`` unless all tensors share a dtype; return it (cheap, as above)."""
+    items = iter(tensors.items())
+    first_name, first = next(items)
+    dtype = first.dtype
+    for name, t in items:
+        if t.dtype != dtype:
             raise TypeError(
                 f"{name} has dtype {str(t.dtype).replace('torch.', '')} but {first_name} has "
-                f"{str(first.dtype).replace('torch.', '')}; cast one of them"
+                f"{str(dtype).replace('torch.', '')}; cast one of them"
             )
-    return first.dtype
+    return dtype
 
 
 def check_same_shape(**tensors: torch.Tensor) -> torch.Size:
-    """Raise ``ValueError`` unless all tensors share a shape; return it."""
-    items = list(tensors.items())
-    first_name, first = items[0]
-    for name, t in items[1:]:
-        if t.shape != first.shape:
-            raise ValueError(f"{name} has shape {tuple(t.shape)} but {first_name} has shape {tuple(first.shape)}")
-    return first.shape
+    """Raise ``ValueError`` unless all tensors share a shape; return it (cheap, as above)."""
+    items = iter(tensors.items())
+    first_name, first = next(items)
+    shape = first.shape
+    for name, t in items:
+        if t.shape != shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} but {first_name} has shape {tuple(shape)}")
+    return shape
 
 
 def bf16_unsupported(dtype: torch.dtype, device: torch.device) -> Optional[str]:
