@@ -57,7 +57,7 @@ def _specialization(value: object) -> tuple:
     Triton, which rejects it with a clear error instead of handing the GPU a host address.
     """
     if isinstance(value, torch.Tensor):
-        return ("ptr", value.dtype, value.data_ptr() % 16 == 0, value.is_cuda)
+        return _tensor_specialization(value, value.data_ptr())
     if isinstance(value, bool):
         return ("bool", value)
     if isinstance(value, int):
@@ -68,6 +68,11 @@ def _specialization(value: object) -> tuple:
     return ("value", value)  # anything else (None, a dtype) is passed through as itself
 
 
+def _tensor_specialization(tensor: torch.Tensor, ptr: int) -> tuple:
+    """:func:`_specialization` of a tensor whose ``data_ptr()`` is ``ptr``."""
+    return ("ptr", tensor.dtype, ptr % 16 == 0, tensor.is_cuda)
+
+
 def _runtime_args(args: tuple) -> tuple[tuple, list]:
     """``(specializations, values)`` of a launch's runtime arguments, in one pass: each argument's
     :func:`_specialization`, and what the C launcher is given (a tensor's ``data_ptr()``, which
@@ -76,7 +81,7 @@ def _runtime_args(args: tuple) -> tuple[tuple, list]:
     for value in args:
         if isinstance(value, torch.Tensor):
             ptr = value.data_ptr()
-            specializations.append(("ptr", value.dtype, ptr % 16 == 0, value.is_cuda))  # as _specialization(value)
+            specializations.append(_tensor_specialization(value, ptr))
             values.append(ptr)
         else:
             specializations.append(_specialization(value))
