@@ -7,6 +7,7 @@ float64 before it is timed, wrong rows are not timed, and the fractions follow t
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import tritonforge as tfg
 from tritonforge import bench
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -202,6 +204,43 @@ def test_rmsnorm_row_checks_our_kernel(device):
     assert rows[0]["status"] == "ok", rows[0]["note"]
 
 
+def test_forward_suite_measures_a_same_size_copy_at_every_shape(device):
+    """The baseline row copies x's bytes and is checked like any implementation."""
+    rows = bench.run_rmsnorm_forward(bench.Ceilings(100.0, {}), dtypes=[torch.float32], shapes=[(3, 40), (2, 64)],
+                                     impls=["hf-eager", bench.SAME_SIZE_COPY], device=device, timer=FakeTimer())  # fmt: skip
+    copies = [r for r in rows if r["impl"] == bench.SAME_SIZE_COPY]
+    assert [r["shape"] for r in copies] == [[3, 40], [2, 64]]
+    for row in copies:
+        assert row["op"] == "copy" and row["status"] == "ok" and row["max_rel_err"] == 0.0
+        assert row["bytes"] == 2 * row["shape"][0] * row["shape"][1] * 4 and row["ceiling"] == "copy"
+    named = bench.run_rmsnorm_forward(bench.Ceilings(100.0, {}), dtypes=[torch.float32], shapes=[(3, 40)],
+                                      impls=["hf-eager"], device=device, timer=FakeTimer())  # fmt: skip
+    assert [r["impl"] for r in named] == ["hf-eager"]  # --impls without it leaves it out
+
+
+def test_device_timer_fills_device_us_and_a_failed_capture_keeps_the_row():
+    x = torch.randn(100, dtype=torch.float64)
+    seen = []
+
+    def device_timer(fn, grad_to_none=None):
+        seen.append(grad_to_none)
+        return 1.5
+
+    row = bench.make_row("t", "copy", "clone", torch.float32, [100], bytes=800, ceiling="copy")
+    bench.measure(row, run=lambda: x.clone(), check=bench.checked(lambda: x.clone(), x), timer=FakeTimer(),
+                  ceilings=None, grad_to_none=[x], device_timer=device_timer)  # fmt: skip
+    assert row["status"] == "ok" and row["device_us"] == 1.5 and seen == [[x]]
+
+    def cannot_capture(fn, grad_to_none=None):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    row = bench.make_row("t", "copy", "clone", torch.float32, [100], bytes=800, ceiling="copy")
+    bench.measure(row, run=lambda: x.clone(), check=bench.checked(lambda: x.clone(), x), timer=FakeTimer(),
+                  ceilings=None, device_timer=cannot_capture)  # fmt: skip
+    assert row["status"] == "ok" and row["us"] == 10.0 and row["device_us"] is None
+    assert "capture failed" in row["note"] and "stream is capturing" in row["note"]
+
+
 def test_summarize_kernels_counts_full_tensor_passes():
     from types import SimpleNamespace
 
@@ -304,6 +343,30 @@ def test_table_shows_times_fractions_and_what_was_not_counted():
     assert "WRONG" in text and "not timed" in text
     assert "cost: bytes = (2·M·N + N)·elem" in text
     assert repr(synthetic_results()).startswith("<Results: 14 rows, recorded on NVIDIA H200")
+
+
+def test_table_adds_device_times_when_rows_have_them():
+    results = synthetic_results()
+    assert "device µs" not in results.table()
+    for row in results.where(impl="tritonforge", status="ok"):
+        row["device_us"] = 12.25
+    text = results.table()
+    assert "device µs (CUDA-graph replay" in text and "| tritonforge |" in text
+    assert "| bfloat16 | 4096×8192 | 12.2 |" in text or "| bfloat16 | 4096×8192 | 12.3 |" in text
+
+
+def test_files_recorded_before_device_us_still_read(tmp_path):
+    data = synthetic_results().to_dict()
+    for row in data["rows"]:
+        del row["device_us"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(bench.json_safe(data)))
+    rows = bench.read_results(path).rows
+    assert rows and all(r["device_us"] is None for r in rows)
+    del data["rows"][0]["us"]  # a required field missing is still an error
+    path.write_text(json.dumps(bench.json_safe(data)))
+    with pytest.raises(ValueError, match="lacks"):
+        bench.read_results(path)
 
 
 @needs_no_gpu
@@ -455,6 +518,29 @@ def test_graph_replay_times_the_captured_work():
     us = bench.graph_replay_us(lambda: out.add_(1.0), replays=10)
     assert torch.all(out == 3 + 1 + 10)
     assert 0 < us < 1e4
+
+
+@pytest.mark.gpu
+def test_graph_replay_of_a_training_step_writes_fresh_gradients():
+    """With grad_to_none, the captured backward assigns gradients instead of accumulating, so the
+    graph replays exactly the step's kernels; the gradients are released afterwards."""
+    x = torch.randn(64, 256, device="cuda", requires_grad=True)
+    weight = torch.randn(256, device="cuda", requires_grad=True)
+    dy = torch.randn(64, 256, device="cuda")
+    x.grad = torch.ones_like(x)  # would be accumulated into without the reset
+    step = functools.partial(bench.forward_backward, tfg.rms_norm, x, weight, dy)
+    us = bench.graph_replay_us(step, replays=5, grad_to_none=[x, weight])
+    assert 0 < us < 1e4 and x.grad is None and weight.grad is None
+
+
+@pytest.mark.gpu
+def test_rmsnorm_suites_record_device_time_on_gpu():
+    for run in (bench.run_rmsnorm_forward, bench.run_rmsnorm_forward_backward):
+        rows = run(bench.Ceilings(100.0, {}), dtypes=[torch.float32], shapes=[(64, 1024)],
+                   impls=["tritonforge", "F.rms_norm"], timer=bench.do_bench_timer(quick=True),
+                   device_timer=bench.graph_replay_us)  # fmt: skip
+        for row in rows:
+            assert row["status"] == "ok" and 0 < row["device_us"] < 1e4, (row["impl"], row["note"])
 
 
 @pytest.mark.gpu

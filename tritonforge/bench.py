@@ -105,7 +105,11 @@ ROW_FIELDS = (
     "max_rel_err",  # max|out - ref| / max|ref| against float64
     "tolerance",  # the max_rel_err above which the row is "wrong"
     "note",  # why a row is not ok, or anything a reader must know
+    "device_us",  # device time in µs from CUDA-graph replay (no host, no L2 flush); None if not measured
 )
+
+OPTIONAL_ROW_FIELDS = ("device_us",)
+"""Fields added after results were first recorded: a file without them reads them as None."""
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -280,31 +284,43 @@ def do_bench_timer(quick: bool = False) -> Timer:
     return time_us
 
 
-def graph_replay_us(fn: Callable[[], object], replays: int = 100) -> float:
+def graph_replay_us(fn: Callable[[], object], replays: int = 100, grad_to_none: Optional[list] = None) -> float:
     """Device time of ``fn`` in microseconds: captured once in a CUDA graph, then replayed.
 
     No Python runs between replays, so this is what the kernels cost on the GPU with the host
     out of the way (and without an L2 flush between replays). A few warm-up calls on a side
-    stream first, as graph capture requires. CUDA only.
+    stream first, as graph capture requires. ``grad_to_none``: tensors whose ``.grad`` is reset
+    before every warm-up call and before the capture (as ``do_bench`` does), so a backward is
+    captured writing fresh gradients, not accumulating into old ones. CUDA only.
     """
+
+    def clear_grads() -> None:
+        for tensor in grad_to_none or ():
+            tensor.grad = None
+
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(3):
+            clear_grads()
             fn()
     torch.cuda.current_stream().wait_stream(stream)
+    clear_grads()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
+    try:
+        with torch.cuda.graph(graph):
+            fn()
         graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / replays * 1e3
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / replays * 1e3
+    finally:
+        clear_grads()  # the captured gradients live in the graph's memory pool
 
 
 def do_bench_flushes_l2() -> Optional[bool]:
@@ -343,12 +359,15 @@ def measure(
     timer: Timer,
     ceilings: Optional[Ceilings],
     grad_to_none: Optional[list] = None,
+    device_timer: Optional[Callable[..., float]] = None,
 ) -> dict:
     """Check one implementation, then time it; fill ``row`` and return it.
 
     ``check()`` runs the implementation once and returns its error against float64. A failure
     there makes the row ``"error"``; an error above the dtype's tolerance makes it ``"wrong"``.
-    Neither is timed: a fast wrong answer is not a result.
+    Neither is timed: a fast wrong answer is not a result. ``device_timer`` (such as
+    :func:`graph_replay_us`), when given, also fills ``device_us``; if it fails, the row keeps its
+    timing and says why in ``note``.
     """
     tolerance = TOLERANCE.get(getattr(torch, row["dtype"]), 1e-4)
     row["tolerance"] = tolerance
@@ -366,6 +385,11 @@ def measure(
         row.update(status="error", note="timing failed: " + describe_exception(exc))
         return row
     row["status"] = "ok"
+    if device_timer is not None:
+        try:
+            row["device_us"] = device_timer(run, grad_to_none=grad_to_none)
+        except Exception as exc:  # noqa: BLE001 - e.g. an implementation that cannot be graph-captured
+            row["note"] = "no device time (CUDA-graph capture failed): " + describe_exception(exc, limit=200)
     return add_throughput(row, ceilings)
 
 
@@ -601,10 +625,17 @@ def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return rms_norm_ref(x, weight, RMSNORM_EPS, upcast=True)
 
 
+SAME_SIZE_COPY = "copy_ (same bytes)"
+"""The forward suite's baseline row at each shape: ``torch.Tensor.copy_`` of x into a tensor of x's
+shape, timed like the implementations. It moves what a fused forward must move (x in, y out; less
+the weight, one row), so its fraction is the most a kernel can show at that size under the timer."""
+
+
 def run_rmsnorm_forward(
-    ceilings, *, dtypes=None, shapes=None, impls=None, quick=False, device="cuda", timer: Timer
+    ceilings, *, dtypes=None, shapes=None, impls=None, quick=False, device="cuda", timer: Timer, device_timer=None
 ) -> list[dict]:
-    """RMSNorm forward: tritonforge vs HF-eager, F.rms_norm, torch.compile(HF), Liger."""
+    """RMSNorm forward: tritonforge vs HF-eager, F.rms_norm, torch.compile(HF), Liger; and at each
+    shape a copy of the same bytes (:data:`SAME_SIZE_COPY`), the ceiling at that size."""
     dtypes = dtypes or default_dtypes(device, quick)
     shapes = shapes or (RMSNORM_QUICK_SHAPES if quick else RMSNORM_SHAPES)
     implementations = rmsnorm_implementations(impls)
@@ -622,14 +653,31 @@ def run_rmsnorm_forward(
                     continue
                 call = functools.partial(make(), x, weight, RMSNORM_EPS)
                 check = checked_ours("rms_norm", call, reference) if impl == "tritonforge" else checked(call, reference)
-                rows.append(measure(row, run=call, check=check, timer=timer, ceilings=ceilings))
+                rows.append(measure(row, run=call, check=check, timer=timer, ceilings=ceilings, device_timer=device_timer))
+            if impls is None or SAME_SIZE_COPY in impls:
+                rows.append(measure_same_size_copy(x, timer=timer, ceilings=ceilings))
             del x, weight, reference
             free_memory(device)
     return rows
 
 
+def measure_same_size_copy(x: torch.Tensor, *, timer: Timer, ceilings: Optional[Ceilings]) -> dict:
+    """:data:`SAME_SIZE_COPY` for one input: copy ``x`` into a fresh tensor of its shape."""
+    out = torch.empty_like(x)
+    cost = copy_cost(x.numel(), x.dtype)
+    row = make_row("rmsnorm", "copy", SAME_SIZE_COPY, x.dtype, list(x.shape),
+                   bytes=cost.bytes, formula=cost.formula, ceiling="copy")  # fmt: skip
+
+    def check() -> float:
+        out.fill_(math.nan)
+        out.copy_(x)
+        return 0.0 if torch.equal(out, x) else math.inf
+
+    return measure(row, run=lambda: out.copy_(x), check=check, timer=timer, ceilings=ceilings)
+
+
 def run_rmsnorm_forward_backward(
-    ceilings, *, dtypes=None, shapes=None, impls=None, quick=False, device="cuda", timer: Timer
+    ceilings, *, dtypes=None, shapes=None, impls=None, quick=False, device="cuda", timer: Timer, device_timer=None
 ) -> list[dict]:
     """RMSNorm forward + backward (one training step of the layer): y = f(x, w); y.backward(dy)."""
     dtypes = dtypes or default_dtypes(device, quick)
@@ -652,7 +700,8 @@ def run_rmsnorm_forward_backward(
                     continue
                 step = functools.partial(forward_backward, make(), x, weight, dy)
                 check = checked_gradients(step, x, weight, references, ours=impl == "tritonforge")
-                rows.append(measure(row, run=step, check=check, timer=timer, ceilings=ceilings, grad_to_none=[x, weight]))
+                rows.append(measure(row, run=step, check=check, timer=timer, ceilings=ceilings,
+                                    grad_to_none=[x, weight], device_timer=device_timer))  # fmt: skip
                 x.grad = weight.grad = None
             del x, weight, dy, references
             free_memory(device)
@@ -781,6 +830,10 @@ def run_profile_eager_rmsnorm(
     return rows
 
 
+DEVICE_TIMED_SUITES = ("rmsnorm", "rmsnorm-bwd")
+"""Suites whose rows also get ``device_us`` (CUDA-graph replay): small calls there are host-bound
+under ``do_bench``, and the device time says what the kernels alone cost."""
+
 SUITE_RUNNERS = {
     "axpy": run_axpy,
     "rmsnorm": run_rmsnorm_forward,
@@ -861,7 +914,8 @@ def run_suite(
     for name in suites:
         if name == "ceilings":
             continue
-        rows += SUITE_RUNNERS[name](ceilings, dtypes=dtypes, shapes=shapes, impls=impls, quick=quick, timer=timer)
+        extra = {"device_timer": graph_replay_us} if name in DEVICE_TIMED_SUITES else {}
+        rows += SUITE_RUNNERS[name](ceilings, dtypes=dtypes, shapes=shapes, impls=impls, quick=quick, timer=timer, **extra)
     command = command or f"tritonforge.bench.run_suite({suite!r}, quick={quick})"
     metadata = collect_metadata(suite, ceilings, timer, quick=quick, command=command)
     return Results(metadata=metadata, rows=rows, live=True)
@@ -956,7 +1010,7 @@ def validate_results(data: dict) -> None:
     if missing:
         raise ValueError(f"metadata lacks {missing}")
     for i, row in enumerate(data.get("rows", [])):
-        absent = [k for k in ROW_FIELDS if k not in row]
+        absent = [k for k in ROW_FIELDS if k not in row and k not in OPTIONAL_ROW_FIELDS]
         if absent:
             raise ValueError(f"row {i} lacks {absent}")
 
@@ -964,7 +1018,8 @@ def validate_results(data: dict) -> None:
 def read_results(path) -> Results:
     data = json.loads(Path(path).read_text())
     validate_results(data)
-    return Results(metadata=data["metadata"], rows=data["rows"], path=str(path))
+    rows = [{**dict.fromkeys(OPTIONAL_ROW_FIELDS), **row} for row in data["rows"]]
+    return Results(metadata=data["metadata"], rows=rows, path=str(path))
 
 
 PACKAGED_RESULTS = Path(__file__).resolve().parent / "recorded"
@@ -1072,6 +1127,14 @@ def format_suite(suite: str, rows: list[dict]) -> str:
             lines.append(f"| {dtype} | {shape_label(shape)} | " + " | ".join(cells) + " |")
         lines += [f"cost: {f}" for f in dict.fromkeys(r["formula"] for r in rows if r["formula"])]
         lines.append("frac = fraction of the measured copy bandwidth")
+        timed_on_device = [i for i in impls if any(r["impl"] == i and r.get("device_us") is not None for r in rows)]
+        if timed_on_device:
+            lines += ["", "device µs (CUDA-graph replay: no host time, no L2 flush between calls)",
+                      "| dtype | shape | " + " | ".join(timed_on_device) + " |", "|---|---|" + "---|" * len(timed_on_device)]  # fmt: skip
+            for dtype, shape in keys:
+                cells = [by_key.get((dtype, shape, i), {}).get("device_us") for i in timed_on_device]
+                text = " | ".join("" if us is None else f"{us:.1f}" for us in cells)
+                lines.append(f"| {dtype} | {shape_label(shape)} | {text} |")
     notes = [f"  {r['impl']} {r['dtype']} {shape_label(r['shape'])}: {r['status']}: {r['note']}"
              for r in rows if r["status"] != "ok" and r["note"]]  # fmt: skip
     seen = dict.fromkeys(notes)

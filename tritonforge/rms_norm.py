@@ -307,8 +307,10 @@ def _bwd_grid(M: int, device: torch.device) -> tuple[int, int]:
         target = runtime.sm_count(device.index if device.index is not None else torch.cuda.current_device())
     else:
         target = INTERPRETER_BWD_PROGRAMS
-    rows_per_program = triton.cdiv(M, max(1, min(M, target)))
-    return triton.cdiv(M, rows_per_program), rows_per_program
+    # Ceil division in plain ints: this runs on every backward, and triton.cdiv is a
+    # constexpr_function whose call costs ~2 µs of Python (measured on the CPU machine, triton 3.9).
+    rows_per_program = -(-M // max(1, min(M, target)))
+    return -(-M // rows_per_program), rows_per_program
 
 
 # ----------------------------------------------------------------------------------------------
