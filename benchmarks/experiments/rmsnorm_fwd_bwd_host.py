@@ -1,55 +1,128 @@
-"""Where a forward+backward step spends host time: host µs per step and do_bench (with and without
-grad_to_none) for each implementation, then a cProfile and a torch.profiler table of ours at bf16
-4096×8192. Prints to stdout.
+"""Where a forward+backward step spends host time, against the floor any Python autograd.Function
+pays on this machine.
+
+Host µs per step (x.grad = w.grad = None; y = f(x, w); y.backward(dy); 400 steps, one
+synchronize at the end, three interleaved repeats, median) for each implementation, beside two
+steps that launch no kernel of their own: an autograd.Function whose forward and backward only
+allocate their outputs (the floor of a Python backward), and x * w (a C++ backward). Then the
+same with the autograd engine told to run the backward on the calling thread
+(torch.autograd.set_multithreading_enabled(False)), and our step split into its parts, timed
+inside the step and alone. Prints to stdout.
 
 Usage (CUDA GPU, repository root): python benchmarks/experiments/rmsnorm_fwd_bwd_host.py > out.txt
 """
-import cProfile, io, pstats, time
+import importlib
+import statistics
+import time
+
 import torch
+
 import tritonforge as tfg
 from tritonforge import bench
-import triton.testing
 
-def host_us(fn, calls=300):
-    for _ in range(20): fn()
-    torch.cuda.synchronize()
-    s = time.perf_counter()
-    for _ in range(calls): fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - s) / calls * 1e6
+rms_norm_module = importlib.import_module("tritonforge.rms_norm")  # tfg.rms_norm is the function
 
-impls = bench.rmsnorm_implementations()
-for dtype in (torch.bfloat16,):
-    for m, n in ((1, 8192), (4096, 8192)):
-        x, w = bench.rmsnorm_inputs(m, n, dtype, "cuda")
-        dy = torch.randn(m, n, device="cuda", dtype=dtype)
-        x.requires_grad_(True); w.requires_grad_(True)
-        for name, make in impls.items():
-            if not callable(make): continue
-            fn = make()
-            step = lambda: bench.forward_backward(fn, x, w, dy)
-            def fwd_only():
-                with torch.no_grad():
-                    fn(x, w, 1e-6)
-            h = host_us(step)
-            db = triton.testing.do_bench(step, warmup=25, rep=100, grad_to_none=[x, w], return_mode="median") * 1e3
-            db2 = triton.testing.do_bench(step, warmup=25, rep=100, return_mode="median") * 1e3
-            print(f"{str(dtype)[6:]} {m}x{n} {name:14} host/step {h:8.1f} us  do_bench(grad_to_none) {db:8.1f}  do_bench(no grad_to_none) {db2:8.1f}", flush=True)
-            x.grad = w.grad = None
 
-x, w = bench.rmsnorm_inputs(4096, 8192, torch.bfloat16, "cuda")
-dy = torch.randn_like(x); x.requires_grad_(True); w.requires_grad_(True)
-step = lambda: bench.forward_backward(tfg.rms_norm, x, w, dy)
-for _ in range(10): step()
-torch.cuda.synchronize()
-pr = cProfile.Profile(); pr.enable()
-for _ in range(200): step()
-torch.cuda.synchronize(); pr.disable()
-t = io.StringIO(); pstats.Stats(pr, stream=t).sort_stats("tottime").print_stats(25); print(t.getvalue()[:5000])
-from torch.profiler import profile, ProfilerActivity
-with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-    for _ in range(20):
+class AllocateOnly(torch.autograd.Function):
+    """The least a Python autograd.Function can do: allocate its outputs, launch nothing."""
+
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        ctx.save_for_backward(x, w)
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return torch.empty_like(dy), torch.empty_like(ctx.saved_tensors[1]), None
+
+
+def host_us_per_step(fn, x, w, dy, steps=400):
+    def step():
         x.grad = w.grad = None
+        fn(x, w, 1e-6).backward(dy)
+
+    for _ in range(30):
         step()
     torch.cuda.synchronize()
-print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps * 1e6
+
+
+def steps_table(shapes, dtype=torch.bfloat16):
+    impls = {name: make() for name, make in bench.rmsnorm_implementations().items() if callable(make)}
+    impls["allocate-only Function"] = AllocateOnly.apply
+    impls["x * w (C++ backward)"] = lambda x, w, eps: x * w
+    for m, n in shapes:
+        x, w = bench.rmsnorm_inputs(m, n, dtype, "cuda")
+        dy = torch.randn_like(x)
+        x.requires_grad_(True)
+        w.requires_grad_(True)
+        for threads in (True, False):
+            with torch.autograd.set_multithreading_enabled(threads):
+                times = {name: [] for name in impls}
+                for _ in range(3):
+                    for name, fn in impls.items():
+                        times[name].append(host_us_per_step(fn, x, w, dy))
+            engine = "engine thread" if threads else "calling thread"
+            for name, values in times.items():
+                print(f"{bench.dtype_name(dtype)} {m}x{n} backward on {engine:14} {name:24} host us/step "
+                      f"{statistics.median(values):7.1f}  (repeats {', '.join(f'{v:.0f}' for v in values)})", flush=True)
+
+
+def split_of_our_step(steps=400):
+    """Our step's parts timed inside the step (perf_counter around each), then each part alone."""
+    x, w = bench.rmsnorm_inputs(1, 8192, torch.bfloat16, "cuda")
+    dy = torch.randn_like(x)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    spent = dict.fromkeys(("Function.apply (forward)", "y.backward (all of it)", "rms_norm_bwd inside it"), 0.0)
+    launch_bwd = rms_norm_module.rms_norm_bwd
+
+    def timed_bwd(*args, **kwargs):
+        start = time.perf_counter()
+        out = launch_bwd(*args, **kwargs)
+        spent["rms_norm_bwd inside it"] += time.perf_counter() - start
+        return out
+
+    rms_norm_module.rms_norm_bwd = timed_bwd
+    try:
+        for phase in ("warm-up", "measured"):
+            spent.update(dict.fromkeys(spent, 0.0))
+            for _ in range(steps):
+                x.grad = w.grad = None
+                start = time.perf_counter()
+                y = rms_norm_module.RMSNormFunction.apply(x, w, 1e-6)
+                middle = time.perf_counter()
+                y.backward(dy)
+                spent["Function.apply (forward)"] += middle - start
+                spent["y.backward (all of it)"] += time.perf_counter() - middle
+            torch.cuda.synchronize()
+    finally:
+        rms_norm_module.rms_norm_bwd = launch_bwd
+    for part, seconds in spent.items():
+        print(f"bfloat16 1x8192 inside the step: {part:28} {seconds / steps * 1e6:7.1f} us")
+    xd, wd = x.detach(), w.detach()
+    _, rstd = rms_norm_module.rms_norm_fwd(xd, wd, 1e-6)
+    alone = {
+        "rms_norm_fwd": lambda: rms_norm_module.rms_norm_fwd(xd, wd, 1e-6),
+        "rms_norm_bwd": lambda: launch_bwd(dy, xd, wd, rstd),
+        "tfg.rms_norm (no grad)": lambda: tfg.rms_norm(xd, wd),
+    }
+    for part, call in alone.items():
+        for _ in range(30):
+            call()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            call()
+        torch.cuda.synchronize()
+        print(f"bfloat16 1x8192 alone, in a loop: {part:27} {(time.perf_counter() - start) / steps * 1e6:7.1f} us")
+
+
+if __name__ == "__main__":
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", __import__("triton").__version__)
+    steps_table([(1, 8192), (4096, 8192), (16384, 4096)])
+    split_of_our_step()
