@@ -337,7 +337,7 @@ def test_poisoning_catches_unwritten_rows(device, monkeypatch):
     x, weight = _inputs((16, 32), torch.float32, device)
     y, rstd = rms_norm_fwd(x, weight, 1e-6)
     programs, rows = rms_norm_module._bwd_grid(16, x.device)
-    monkeypatch.setattr(rms_norm_module, "_bwd_grid", lambda M, dev: (programs - 1, rows))
+    monkeypatch.setattr(rms_norm_module, "_bwd_grid", lambda M, dev, per_sm=1: (programs - 1, rows))
     dx, _ = rms_norm_bwd(torch.randn_like(x), x, weight, rstd, compute_dweight=False)
     assert torch.isnan(dx[-rows:]).all() and not torch.isnan(dx[:-rows]).any()
 
@@ -382,9 +382,21 @@ def test_row_config(N):
 
 
 @pytest.mark.parametrize("M", [1, 7, 8, 37, 1000])
-def test_bwd_grid_covers_every_row_once(M):
+def test_bwd_grid_covers_every_row_once(M, monkeypatch):
     programs, rows = rms_norm_module._bwd_grid(M, torch.device("cpu"))
     assert programs * rows >= M > (programs - 1) * rows  # the last program has >= 1 row
+    monkeypatch.setattr(runtime, "interpreting", lambda: False)  # the GPU sizing, any SM count
+    monkeypatch.setattr(runtime, "sm_count", lambda index: 132)
+    for per_sm in (1, 2, 3):
+        programs, rows = rms_norm_module._bwd_grid(M, torch.device("cuda", 0), per_sm)
+        assert programs * rows >= M > (programs - 1) * rows and programs <= 132 * per_sm
+
+
+def test_bwd_programs_per_sm_follows_the_measured_rule():
+    """Two programs per SM for rows of 8 KB, three below, one from 16 KB on or when unpipelined."""
+    per_sm = rms_norm_module._bwd_programs_per_sm
+    assert [per_sm(kb * 1024, 3) for kb in (2, 4, 8, 12, 16, 32)] == [3, 3, 2, 2, 1, 1]
+    assert per_sm(4096, 1) == 1
 
 
 @pytest.mark.parametrize("shape", [(0, 8), (4, 0), (2, 0, 16)], ids=str)
@@ -450,12 +462,13 @@ def test_gpu_forward_large(shape, dtype):
     "shape,dtype",
     [((4096, 4096), torch.bfloat16), ((8192, 8192), torch.float32), ((1823, 781), torch.float16),
      ((64, 65536), torch.float32), ((16, 131072), torch.bfloat16), ((4096, 8192), torch.bfloat16),
-     ((3001, 4096), torch.float32)],
+     ((3001, 4096), torch.float32), ((5001, 2048), torch.bfloat16), ((2999, 2048), torch.float32)],
     ids=str,
 )  # fmt: skip
 def test_gpu_backward_large(shape, dtype):
     """Many rows per program: the software-pipelined row loop (rows up to 16 KB: bf16 8192,
-    fp32 4096, fp16 781) and the plain one (fp32 8192), uneven row counts included."""
+    fp32 4096, fp16 781) with one, two (rows of 8 KB) or three (shorter rows) programs per SM,
+    and the plain one (fp32 8192), uneven row counts included."""
     _skip_unsupported(dtype, "cuda")
     x, weight = _inputs(shape, dtype, "cuda")
     _check_backward(x, weight)

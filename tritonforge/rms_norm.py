@@ -301,10 +301,26 @@ def _bwd_stages(block_n: int, dtype: torch.dtype, device: torch.device) -> int:
     return BWD_PIPELINE_STAGES if block_n * dtype.itemsize <= BWD_PIPELINE_MAX_ROW_BYTES else 1
 
 
-def _bwd_grid(M: int, device: torch.device) -> tuple[int, int]:
-    """``(programs, rows_per_program)`` for the backward: about one program per SM on a GPU."""
+def _bwd_programs_per_sm(row_bytes: int, stages: int) -> int:
+    """Backward programs per SM for the pipelined loop: 1 for rows of 16 KB and more, 2 for rows
+    of 8 KB, 3 below. Measured on the H200 (``benchmarks/experiments``, ``rmsnorm-bwd-programs``,
+    kernel plus partial sum, CUDA-graph time): rows of 8 KB went from 0.59-0.77 to 0.67-0.88 of
+    copy bandwidth with two programs (five shapes, three dtypes), rows of 4 KB from 0.52-0.58 to
+    0.74-0.90 with three; rows of 16 and 32 KB lost 4-8% with a second program. With one program
+    per SM, a single program's pipelined loads cannot keep enough bytes in flight for short rows.
+    The unpipelined loop (``stages == 1``: T4, long rows, the interpreter) keeps one per SM, as
+    before (not measured)."""
+    if stages == 1 or row_bytes >= 16 * 1024:
+        return 1
+    return 2 if row_bytes >= 8 * 1024 else 3
+
+
+def _bwd_grid(M: int, device: torch.device, programs_per_sm: int = 1) -> tuple[int, int]:
+    """``(programs, rows_per_program)`` for the backward: ``programs_per_sm`` programs per SM on a
+    GPU (each walks a contiguous block of rows), a few in the interpreter."""
     if device.type == "cuda" and not runtime.interpreting():
-        target = runtime.sm_count(device.index if device.index is not None else torch.cuda.current_device())
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        target = runtime.sm_count(index) * programs_per_sm
     else:
         target = INTERPRETER_BWD_PROGRAMS
     # Ceil division in plain ints: this runs on every backward, and triton.cdiv is a
@@ -377,7 +393,8 @@ def rms_norm_bwd(
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     block_n, num_warps = _row_config(N, x.dtype, backward=True)
     row_fits = N <= block_n
-    programs, rows_per_program = _bwd_grid(M, device)
+    stages = _bwd_stages(block_n, x.dtype, device) if row_fits else 1
+    programs, rows_per_program = _bwd_grid(M, device, _bwd_programs_per_sm(N * x.element_size(), stages))
     dx = _empty(M, N, dtype=x.dtype, device=device) if compute_dx else None  # [M, N]
     dw_partial = None
     if compute_dweight:  # [programs, N]; long rows accumulate into it, so it starts at zero
@@ -390,7 +407,7 @@ def rms_norm_bwd(
         M, N, rows_per_program,
         BLOCK_N=block_n, ROW_FITS=row_fits, ACC_DTYPE=acc_dtype(x.dtype),
         COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dweight, ROUND_BF16=round_bf16_by_hand(x.dtype),
-        STAGES=_bwd_stages(block_n, x.dtype, device) if row_fits else 1, num_warps=num_warps,
+        STAGES=stages, num_warps=num_warps,
     )  # fmt: skip
     dweight = dw_partial.sum(0).to(weight.dtype) if dw_partial is not None else None  # [N]
     return (dx.view(x.shape) if dx is not None else None), dweight
