@@ -306,7 +306,7 @@ def _bwd_programs_per_sm(row_bytes: int, stages: int) -> int:
     of 8 KB, 3 below. Measured on the H200 (``benchmarks/experiments``, ``rmsnorm-bwd-programs``,
     kernel plus partial sum, CUDA-graph time): rows of 8 KB went from 0.59-0.77 to 0.67-0.88 of
     copy bandwidth with two programs (five shapes, three dtypes), rows of 4 KB from 0.52-0.58 to
-    0.74-0.90 with three; rows of 16 and 32 KB lost 4-8% with a second program. With one program
+    0.74-0.90 with three; rows of 16 and 32 KB lost 4-12% with a second program. With one program
     per SM, a single program's pipelined loads cannot keep enough bytes in flight for short rows.
     The unpipelined loop (``stages == 1``: T4, long rows, the interpreter) keeps one per SM, as
     before (not measured)."""
