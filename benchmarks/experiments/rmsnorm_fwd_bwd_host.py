@@ -36,19 +36,24 @@ class AllocateOnly(torch.autograd.Function):
         return torch.empty_like(dy), torch.empty_like(ctx.saved_tensors[1]), None
 
 
-def host_us_per_step(fn, x, w, dy, steps=400):
+def host_us(call, calls=400):
+    """Wall time per call of ``calls`` calls issued back to back (30 warm-up calls first)."""
+    for _ in range(30):
+        call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def host_us_per_step(fn, x, w, dy):
     def step():
         x.grad = w.grad = None
         fn(x, w, 1e-6).backward(dy)
 
-    for _ in range(30):
-        step()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / steps * 1e6
+    return host_us(step)
 
 
 def steps_table(shapes, dtype=torch.bfloat16):
@@ -112,14 +117,7 @@ def split_of_our_step(steps=400):
         "tfg.rms_norm (no grad)": lambda: tfg.rms_norm(xd, wd),
     }
     for part, call in alone.items():
-        for _ in range(30):
-            call()
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(steps):
-            call()
-        torch.cuda.synchronize()
-        print(f"bfloat16 1x8192 alone, in a loop: {part:27} {(time.perf_counter() - start) / steps * 1e6:7.1f} us")
+        print(f"bfloat16 1x8192 alone, in a loop: {part:27} {host_us(call, steps):7.1f} us")
 
 
 if __name__ == "__main__":
