@@ -29,7 +29,7 @@ def test_launch_values_and_key_agree_with_the_specialization():
     """The launcher computes key and launch values in one pass; the key must be exactly the
     per-argument specialization, and a tensor must travel as its data pointer."""
     base = torch.empty(64)
-    args = (base[:8], base[1:9], base.half(), 1, 16, 17, 2**31, True, 1e-6, None)
+    args = (base[:8], base[1:9], base.half(), 1, 16, 17, 2**31, -(2**31) - 1, 2**63 + 16, True, 1e-6, None)
     specializations, values = _runtime_args(args)
     assert specializations == tuple(_specialization(a) for a in args)
     assert values[:3] == [t.data_ptr() for t in args[:3]] and values[3:] == list(args[3:])

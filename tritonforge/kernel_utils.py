@@ -61,8 +61,7 @@ def _specialization(value: object) -> tuple:
     if isinstance(value, bool):
         return ("bool", value)
     if isinstance(value, int):
-        width = "i32" if -(2**31) <= value < 2**31 else ("i64" if -(2**63) <= value < 2**63 else "u64")
-        return ("int", width, value == 1, value % 16 == 0)
+        return _int_specialization(value)
     if isinstance(value, float):
         return ("float",)
     return ("value", value)  # anything else (None, a dtype) is passed through as itself
@@ -73,13 +72,22 @@ def _tensor_specialization(tensor: torch.Tensor, ptr: int) -> tuple:
     return ("ptr", tensor.dtype, ptr % 16 == 0, tensor.is_cuda)
 
 
+def _int_specialization(value: int) -> tuple:
+    """:func:`_specialization` of an integer (not a bool)."""
+    width = "i32" if -(2**31) <= value < 2**31 else ("i64" if -(2**63) <= value < 2**63 else "u64")
+    return ("int", width, value == 1, value % 16 == 0)
+
+
 def _runtime_args(args: tuple) -> tuple[tuple, list]:
     """``(specializations, values)`` of a launch's runtime arguments, in one pass: each argument's
     :func:`_specialization`, and what the C launcher is given (a tensor's ``data_ptr()``, which
     the alignment check needs anyway; other values as they are)."""
     specializations, values = [], []
     for value in args:
-        if isinstance(value, torch.Tensor):
+        if type(value) is int:  # the commonest argument first; exact type, so a bool is not taken here
+            specializations.append(_int_specialization(value))
+            values.append(value)
+        elif isinstance(value, torch.Tensor):
             ptr = value.data_ptr()
             specializations.append(_tensor_specialization(value, ptr))
             values.append(ptr)
