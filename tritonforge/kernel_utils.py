@@ -45,6 +45,12 @@ def acc_dtype(dtype: torch.dtype):
     return tl.float64 if dtype == torch.float64 else tl.float32
 
 
+def acc_torch_dtype(dtype: torch.dtype) -> torch.dtype:
+    """:func:`acc_dtype` as a torch dtype, for the buffers a kernel stores accumulator values in
+    (RMSNorm's ``rstd`` and its ``dweight`` partial sums)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _specialization(value: object) -> tuple:
     """What Triton's JIT specializes a compiled kernel on, for one argument.
 

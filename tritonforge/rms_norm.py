@@ -68,7 +68,7 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import CachedLauncher, acc_dtype, cast_for_store, round_bf16_by_hand
+from tritonforge.kernel_utils import CachedLauncher, acc_dtype, acc_torch_dtype, cast_for_store, round_bf16_by_hand
 from tritonforge.reference import rms_norm_ref
 
 RMS_NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -363,7 +363,7 @@ def rms_norm_fwd(
     M = x_rows.shape[0]
     dtype = x.dtype
     y = _empty(M, N, dtype=dtype, device=x.device)  # [M, N]
-    rstd = _empty(M, dtype=torch.float64 if dtype == torch.float64 else torch.float32, device=x.device) if save_rstd else None  # [M]
+    rstd = _empty(M, dtype=acc_torch_dtype(dtype), device=x.device) if save_rstd else None  # [M]
     block_n, num_warps, one_pass = _fwd_config(M, N, dtype)
     _launch_fwd((M,),
         x_rows, weight, y, rstd if save_rstd else y,  # without rstd the pointer is never touched
@@ -390,7 +390,7 @@ def rms_norm_bwd(
     weight = weight.contiguous()  # [N]
     M = x_rows.shape[0]
     device = x.device
-    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    acc = acc_torch_dtype(x.dtype)
     block_n, num_warps = _row_config(N, x.dtype, backward=True)
     row_fits = N <= block_n
     stages = _bwd_stages(block_n, x.dtype, device) if row_fits else 1
@@ -410,7 +410,9 @@ def rms_norm_bwd(
         STAGES=stages, num_warps=num_warps,
     )  # fmt: skip
     dweight = dw_partial.sum(0).to(weight.dtype) if dw_partial is not None else None  # [N]
-    return (dx.view(x.shape) if dx is not None else None), dweight
+    if dx is not None and x.dim() != 2:
+        dx = dx.view(x.shape)  # (a 2-D x is already rows: skipping the view saves host time)
+    return dx, dweight
 
 
 # ----------------------------------------------------------------------------------------------
