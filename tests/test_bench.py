@@ -433,6 +433,22 @@ def test_plot_bench_labels_recorded_results(plt):
     assert len(panels[0].patches) == 3 * 2  # three impls x two shapes; the wrong row is not drawn
 
 
+def test_plot_bench_draws_the_same_size_copy_as_an_outline(plt):
+    from tritonforge import viz
+
+    results = synthetic_results()
+    ceilings = results.ceilings
+    for dtype in (torch.float32, torch.bfloat16):
+        cost = bench.copy_cost(4096 * 512, dtype)
+        row = bench.make_row("rmsnorm", "copy", bench.SAME_SIZE_COPY, dtype, [4096, 512], bytes=cost.bytes,
+                             ceiling="copy", status="ok", us=15.0)  # fmt: skip
+        results.rows.append(bench.add_throughput(row, ceilings))
+    fig = viz.plot_bench(results, suite="rmsnorm")
+    bars = {patch.get_hatch() for patch in fig.axes[0].patches}
+    assert "///" in bars and None in bars  # the baseline hatched, the implementations filled
+    assert bench.SAME_SIZE_COPY in [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+
+
 def test_plot_bench_says_live(plt):
     from tritonforge import viz
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Optional, Sequence
 
-from tritonforge.bench import Ceilings, Results, shape_label
+from tritonforge.bench import SAME_SIZE_COPY, Ceilings, Results, shape_label
 
 METRIC_LABELS = {
     "fraction_of_ceiling": "fraction of the measured ceiling",
@@ -38,6 +38,9 @@ IMPL_COLORS = {  # the same implementation keeps its colour in every chapter
     "torch.compile": "#2ca02c",
     "liger": "#ff7f0e",
 }
+
+BASELINE_STYLE = {SAME_SIZE_COPY: {"color": "white", "edgecolor": "black", "hatch": "///", "linewidth": 0.6}}
+"""Bars that are a measured ceiling rather than an implementation: outlined and hatched, not filled."""
 
 POINT_MARKERS = "osD^vP*X"
 """Roofline point markers, one per legend group in order (points that coincide stay tellable)."""
@@ -129,7 +132,8 @@ def draw_grouped_bars(ax, rows: list, x: str, metric: str, impls: Sequence[str])
     for k, impl in enumerate(present):
         positions = [g + (k - (len(present) - 1) / 2) * width for g in range(len(groups))]
         heights = [value.get((group, impl), 0.0) for group in groups]
-        ax.bar(positions, heights, width, label=impl, color=IMPL_COLORS.get(impl))
+        style = BASELINE_STYLE.get(impl, {"color": IMPL_COLORS.get(impl)})
+        ax.bar(positions, heights, width, label=impl, **style)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, rotation=30, ha="right")
 
