@@ -302,8 +302,9 @@ def _bwd_stages(block_n: int, dtype: torch.dtype, device: torch.device) -> int:
 
 
 def _bwd_programs_per_sm(row_bytes: int, stages: int) -> int:
-    """Backward programs per SM for the pipelined loop: 1 for rows of 16 KB and more, 2 for rows
-    of 8 KB, 3 below. Measured on the H200 (``benchmarks/experiments``, ``rmsnorm-bwd-programs``,
+    """Backward programs per SM for the pipelined loop, by the bytes of one row block (the row
+    padded to ``BLOCK_N``, which is also what each pipeline stage holds in shared memory): 1 for
+    blocks of 16 KB, 2 for 8 KB, 3 below. Measured on the H200 (``benchmarks/experiments``, ``rmsnorm-bwd-programs``,
     kernel plus partial sum, CUDA-graph time): rows of 8 KB went from 0.59-0.77 to 0.67-0.88 of
     copy bandwidth with two programs (five shapes, three dtypes), rows of 4 KB from 0.52-0.58 to
     0.74-0.90 with three; rows of 16 and 32 KB lost 4-12% with a second program. With one program
@@ -394,7 +395,7 @@ def rms_norm_bwd(
     block_n, num_warps = _row_config(N, x.dtype, backward=True)
     row_fits = N <= block_n
     stages = _bwd_stages(block_n, x.dtype, device) if row_fits else 1
-    programs, rows_per_program = _bwd_grid(M, device, _bwd_programs_per_sm(N * x.element_size(), stages))
+    programs, rows_per_program = _bwd_grid(M, device, _bwd_programs_per_sm(block_n * x.element_size(), stages))
     dx = _empty(M, N, dtype=x.dtype, device=device) if compute_dx else None  # [M, N]
     dw_partial = None
     if compute_dweight:  # [programs, N]; long rows accumulate into it, so it starts at zero
