@@ -673,6 +673,8 @@ def measure_same_size_copy(x: torch.Tensor, *, timer: Timer, ceilings: Optional[
         out.copy_(x)
         return 0.0 if torch.equal(out, x) else math.inf
 
+    # No device time: captured in a CUDA graph, a contiguous copy_ becomes a memcpy node, which ran
+    # slower than the eager copy on the H200 (benchmarks/experiments, copy-same-size-probe).
     return measure(row, run=lambda: out.copy_(x), check=check, timer=timer, ceilings=ceilings)
 
 
