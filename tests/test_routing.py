@@ -100,6 +100,19 @@ def test_unsupported_inputs_fall_back():
     assert tfg.last_route("probe") == tfg.Route("probe", "torch", "unsupported", "this probe supports nothing")
 
 
+def test_dispatch_given_a_dtype_refuses_bf16_where_the_gpu_lacks_it(monkeypatch):
+    """Every op passes its dtype; dispatch itself applies the shared bf16 limit (check 3)."""
+    monkeypatch.setattr(runtime, "_device_route", lambda op, device: tfg.Route(op, "triton"))
+    monkeypatch.setattr(runtime, "device_capability", lambda device: (7, 5))
+    cuda = torch.device("cuda", 0)
+    with tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="sm_75"):
+        out = runtime.dispatch("probe", device=cuda, dtype=torch.bfloat16,
+                               kernel=lambda: pytest.fail("kernel must not run"), reference=lambda: "reference")  # fmt: skip
+    assert out == "reference" and tfg.last_route("probe").reason == "unsupported"
+    out = runtime.dispatch("probe", device=cuda, dtype=torch.float16, kernel=lambda: "kernel", reference=lambda: "reference")
+    assert out == "kernel"
+
+
 # -- check 4: the kernel compiles and launches ----------------------------------------------------
 
 

@@ -94,5 +94,5 @@ def axpy(alpha: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         device=device,
         kernel=lambda: axpy_fwd(alpha, x, y),
         reference=lambda: axpy_ref(alpha, x, y).contiguous(),
-        unsupported=runtime.bf16_unsupported(x.dtype, device),
+        dtype=x.dtype,
     )

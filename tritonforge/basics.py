@@ -221,7 +221,7 @@ def vector_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         device=device,
         kernel=lambda: vector_add_fwd(x, y),
         reference=lambda: add_ref(x, y).contiguous(),
-        unsupported=runtime.bf16_unsupported(x.dtype, device),
+        dtype=x.dtype,
     )
 
 
@@ -246,7 +246,7 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         device=device,
         kernel=lambda: add_2d_fwd(x, y),
         reference=lambda: add_ref(x, y).contiguous(),
-        unsupported=runtime.bf16_unsupported(x.dtype, device),
+        dtype=x.dtype,
     )
 
 

@@ -494,5 +494,5 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
         device=device,
         kernel=lambda: _rms_norm_kernel_path(x, weight, eps),
         reference=lambda: rms_norm_ref(x, weight, eps).contiguous(),
-        unsupported=runtime.bf16_unsupported(x.dtype, device),
+        dtype=x.dtype,
     )

@@ -222,6 +222,7 @@ def dispatch(
     device: torch.device,
     kernel: Callable[[], object],
     reference: Callable[[], object],
+    dtype: Optional[torch.dtype] = None,
     unsupported: Optional[str] = None,
 ):
     """Run ``kernel()`` on the Triton path if the four checks allow it, else ``reference()``.
@@ -231,9 +232,13 @@ def dispatch(
         device: the device of the (already validated) inputs.
         kernel: zero-argument callable that launches the Triton kernel(s) and returns the result.
         reference: zero-argument callable that computes the same result with PyTorch.
+        dtype: the inputs' dtype; check 3 then refuses bf16 on a GPU without it
+            (:func:`bf16_unsupported`), the one limit every op shares.
         unsupported: ``None`` if the kernel supports these inputs, else a sentence saying why not
-            (check 3). Ops compute it with their own small ``_unsupported(...)`` function.
+            (check 3, for limits of one op's own).
     """
+    if unsupported is None and dtype is not None:
+        unsupported = bf16_unsupported(dtype, device)
     route = choose_route(op, device, unsupported)
     if route.path == "torch":
         _fall_back(route)
