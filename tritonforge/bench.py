@@ -527,15 +527,22 @@ def measure_copy(nbytes: int, *, device: str, timer: Timer) -> dict:
     row = make_row("ceilings", "copy", "torch.Tensor.copy_", torch.float32, [numel])
     cost = copy_cost(numel, torch.float32)
     row.update(bytes=cost.bytes, formula=cost.formula)
+    row = measure_copy_into(row, src, dst, timer=timer, ceilings=None)
+    src = dst = None  # free the 2 GiB before empty_cache
+    free_memory(device)
+    return row
+
+
+def measure_copy_into(row: dict, src: torch.Tensor, dst: torch.Tensor, *, timer: Timer, ceilings) -> dict:
+    """Check, then time, ``dst.copy_(src)`` into ``row``: the ceiling row and the forward suite's
+    same-size copy are measured the same way. ``dst`` is poisoned before the check."""
 
     def check() -> float:
+        dst.fill_(math.nan)
         dst.copy_(src)
         return 0.0 if torch.equal(dst, src) else math.inf
 
-    row = measure(row, run=lambda: dst.copy_(src), check=check, timer=timer, ceilings=None)
-    src = dst = None  # free the 2 GiB before empty_cache (the closures above still hold the cells)
-    free_memory(device)
-    return row
+    return measure(row, run=lambda: dst.copy_(src), check=check, timer=timer, ceilings=ceilings)
 
 
 def measure_matmul(dtype: torch.dtype, size: int, *, device: str, timer: Timer) -> dict:
@@ -667,15 +674,9 @@ def measure_same_size_copy(x: torch.Tensor, *, timer: Timer, ceilings: Optional[
     cost = copy_cost(x.numel(), x.dtype)
     row = make_row("rmsnorm", "copy", SAME_SIZE_COPY, x.dtype, list(x.shape),
                    bytes=cost.bytes, formula=cost.formula, ceiling="copy")  # fmt: skip
-
-    def check() -> float:
-        out.fill_(math.nan)
-        out.copy_(x)
-        return 0.0 if torch.equal(out, x) else math.inf
-
     # No device time: captured in a CUDA graph, a contiguous copy_ becomes a memcpy node, which ran
     # slower than the eager copy on the H200 (benchmarks/experiments, copy-same-size-probe).
-    return measure(row, run=lambda: out.copy_(x), check=check, timer=timer, ceilings=ceilings)
+    return measure_copy_into(row, x, out, timer=timer, ceilings=ceilings)
 
 
 def run_rmsnorm_forward_backward(
