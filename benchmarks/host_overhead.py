@@ -65,7 +65,7 @@ for dtype in (torch.bfloat16, torch.float32):
                   f"graph {g if g is None else round(g, 1)}   do_bench {row.get('do_bench_us', float('nan')):8.1f}")
 
 # Where our host time goes, layer by layer (1x8192 bf16): each line adds one layer on top of the last.
-rms_norm_module = importlib.import_module("tritonforge.rms_norm")
+rms_norm_module = importlib.import_module("tritonforge.ops.rmsnorm")
 x, w = bench.rmsnorm_inputs(1, 8192, torch.bfloat16, "cuda")
 y = torch.empty_like(x)
 block_n, num_warps = rms_norm_module._row_config(8192, torch.bfloat16)

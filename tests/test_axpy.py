@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import tritonforge as tfg
-from tritonforge.axpy import axpy_fwd
+from tritonforge.ops.fused_axpy import axpy_fwd
 from tritonforge.reference import axpy_ref
 
 from .helpers import assert_within_budget

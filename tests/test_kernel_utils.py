@@ -6,7 +6,7 @@ import torch
 import tritonforge as tfg
 from tritonforge.kernel_utils import _runtime_args, _specialization
 from tritonforge.reference import rms_norm_ref
-from tritonforge.rms_norm import rms_norm_fwd
+from tritonforge.ops.rmsnorm import rms_norm_fwd
 
 from .helpers import assert_within_budget
 
@@ -39,7 +39,7 @@ def test_launch_values_and_key_agree_with_the_specialization():
 def test_a_cpu_tensor_never_reuses_a_gpu_launch():
     """Same dtype and alignment as a cached GPU launch, but on the CPU: the key differs, so the
     launch goes through Triton, which refuses the host pointer with an error (not a GPU fault)."""
-    from tritonforge.axpy import _axpy_kernel
+    from tritonforge.ops.fused_axpy import _axpy_kernel
     from tritonforge.kernel_utils import CachedLauncher
 
     launcher = CachedLauncher(_axpy_kernel)
@@ -59,7 +59,7 @@ def test_fast_launches_still_call_registered_launch_hooks():
     registered the launcher goes through Triton's runner, not its own direct call."""
     import triton
 
-    from tritonforge.axpy import _axpy_kernel
+    from tritonforge.ops.fused_axpy import _axpy_kernel
     from tritonforge.kernel_utils import CachedLauncher
 
     seen = []
@@ -96,7 +96,7 @@ def test_cached_launches_stay_correct_when_the_specialization_changes():
 
 @pytest.mark.gpu
 def test_cached_launcher_skips_the_jit_after_the_first_launch():
-    from tritonforge.axpy import _axpy_kernel
+    from tritonforge.ops.fused_axpy import _axpy_kernel
     from tritonforge.kernel_utils import CachedLauncher, _triton_version
 
     class CountingKernel:

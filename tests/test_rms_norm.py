@@ -15,12 +15,12 @@ import torch
 
 from tritonforge import runtime
 from tritonforge.reference import rms_norm_ref
-from tritonforge.rms_norm import RMSNormFunction, rms_norm, rms_norm_bwd, rms_norm_fwd
+from tritonforge.ops.rmsnorm import RMSNormFunction, rms_norm, rms_norm_bwd, rms_norm_fwd
 
 from .helpers import assert_within_budget
 
-# The module itself (``tritonforge.rms_norm`` the attribute is the function once __init__ exports it).
-rms_norm_module = importlib.import_module("tritonforge.rms_norm")
+# The module itself (``tritonforge.ops.rmsnorm`` the attribute is the function once __init__ exports it).
+rms_norm_module = importlib.import_module("tritonforge.ops.rmsnorm")
 
 
 

@@ -443,11 +443,11 @@ def compile_fresh(fn: Callable) -> Callable:
 
 
 def load_tritonforge_rms_norm() -> tuple[Optional[Callable], Optional[str]]:
-    """``tritonforge.rms_norm.rms_norm``, or None and the reason it cannot be imported."""
+    """``tritonforge.ops.rmsnorm.rms_norm``, or None and the reason it cannot be imported."""
     try:
-        from tritonforge.rms_norm import rms_norm
+        from tritonforge.ops.rmsnorm import rms_norm
     except Exception as exc:  # noqa: BLE001 - a missing or broken module is a row, not a crash
-        return None, f"tritonforge.rms_norm not importable ({describe_exception(exc)})"
+        return None, f"tritonforge.ops.rmsnorm not importable ({describe_exception(exc)})"
     return rms_norm, None
 
 
@@ -570,8 +570,8 @@ def measure_matmul(dtype: torch.dtype, size: int, *, device: str, timer: Timer) 
 
 
 def run_axpy(ceilings, *, dtypes=None, shapes=None, impls=None, quick=False, device="cuda", timer: Timer) -> list[dict]:
-    """tritonforge.axpy vs eager ``alpha * x + y`` (two kernels) vs torch.compile of the same."""
-    from tritonforge.axpy import axpy
+    """tritonforge.ops.fused_axpy vs eager ``alpha * x + y`` (two kernels) vs torch.compile of the same."""
+    from tritonforge.ops.fused_axpy import axpy
     from tritonforge.reference import axpy_ref
 
     dtypes = dtypes or default_dtypes(device, quick)
@@ -736,7 +736,7 @@ def checked_gradients(step, x, weight, references, *, ours: bool) -> Callable[[]
             with runtime.strict():
                 y = step()
             if runtime.last_path("rms_norm") == "torch":
-                raise RuntimeError("tritonforge.rms_norm was served by the PyTorch fallback, not the kernel")
+                raise RuntimeError("tritonforge.ops.rmsnorm was served by the PyTorch fallback, not the kernel")
         else:
             y = step()
         if x.grad is None or weight.grad is None:

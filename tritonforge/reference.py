@@ -54,3 +54,15 @@ def program_map_ref(M: int, N: int, block_m: int, block_n: int, *, device="cpu")
     cols = torch.arange(N, device=device)[None, :] // block_n
     tiles_across = -(-N // block_n)  # ceil(N / block_n), no Triton needed for the reference
     return (rows * tiles_across + cols).to(torch.int32)
+
+
+TOLERANCE = {
+    torch.float64: 1e-12,
+    torch.float32: 1e-5,
+    torch.float16: 2e-3,
+    torch.bfloat16: 1.6e-2,
+}
+"""The one table of relative tolerances (``max |out - ref| / max |ref|``) by output dtype: a few
+roundings of each dtype (bf16 keeps 8 significant bits, 2**-8 = 3.9e-3; fp16 11, 4.9e-4; fp32
+24, 6e-8, with room for a different summation order). The exercise checks and the benchmark's
+correctness column use it; unit tests use the error budget of ``tests/helpers.py`` instead."""

@@ -8,7 +8,7 @@ Usage (CUDA GPU, repository root): python benchmarks/experiments/copy_same_size_
 import importlib, torch, triton.testing
 import tritonforge as tfg
 from tritonforge import bench
-rn = importlib.import_module("tritonforge.rms_norm")
+rn = importlib.import_module("tritonforge.ops.rmsnorm")
 x, w = bench.rmsnorm_inputs(4096, 8192, torch.bfloat16, "cuda")
 dy = torch.randn_like(x); x.requires_grad_(True); w.requires_grad_(True)
 for _ in range(3):

@@ -9,7 +9,7 @@ import time
 import torch
 
 from tritonforge import bench
-rn = importlib.import_module("tritonforge.rms_norm")
+rn = importlib.import_module("tritonforge.ops.rmsnorm")
 from tritonforge.kernel_utils import acc_dtype, round_bf16_by_hand
 x, w = bench.rmsnorm_inputs(1, 8192, torch.bfloat16, "cuda"); dy = torch.randn_like(x)
 y, rstd = rn.rms_norm_fwd(x, w, 1e-6)

@@ -15,7 +15,7 @@ import triton.testing
 
 from tritonforge import bench, runtime
 
-rms_norm_module = importlib.import_module("tritonforge.rms_norm")
+rms_norm_module = importlib.import_module("tritonforge.ops.rmsnorm")
 SMS = runtime.sm_count(0)
 SHAPES = {
     torch.bfloat16: [(4096, 4096), (16384, 4096), (32768, 4096), (16384, 2048), (65536, 2048), (4096, 8192), (16384, 8192)],

@@ -9,7 +9,7 @@ import json, sys, importlib
 import torch
 from tritonforge import bench
 import triton, triton.language as tl, triton.testing
-m_ = importlib.import_module("tritonforge.rms_norm")
+m_ = importlib.import_module("tritonforge.ops.rmsnorm")
 
 @triton.jit
 def bwd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dwp_ptr, stride, M, N, rows_per_program,

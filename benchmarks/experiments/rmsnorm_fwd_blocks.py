@@ -7,7 +7,7 @@ import json, sys, importlib
 import torch
 from tritonforge import bench
 import triton, triton.testing
-m_ = importlib.import_module("tritonforge.rms_norm")
+m_ = importlib.import_module("tritonforge.ops.rmsnorm")
 orig = m_._row_config
 copy = bench.measure_copy(bench.COPY_BYTES, device="cuda", timer=bench.do_bench_timer())
 gbps = copy["gbps"]; print("copy", gbps, flush=True)

@@ -20,7 +20,7 @@ import torch
 import tritonforge as tfg
 from tritonforge import bench
 
-rms_norm_module = importlib.import_module("tritonforge.rms_norm")  # tfg.rms_norm is the function
+rms_norm_module = importlib.import_module("tritonforge.ops.rmsnorm")  # tfg.rms_norm is the function
 
 
 class AllocateOnly(torch.autograd.Function):

@@ -16,7 +16,7 @@ import triton
 
 from tritonforge import bench
 
-rms_norm_module = importlib.import_module("tritonforge.rms_norm")
+rms_norm_module = importlib.import_module("tritonforge.ops.rmsnorm")
 package_config = rms_norm_module._fwd_config
 CHOICES = [(8192, 4, True), (8192, 8, True), (8192, 16, True), (8192, 32, True),
            (4096, 8, False), (4096, 16, False), (2048, 8, False), (2048, 16, False)]  # fmt: skip

@@ -8,7 +8,7 @@ import json, sys, importlib
 import torch
 from tritonforge import bench
 import triton, triton.language as tl, triton.testing
-m_ = importlib.import_module("tritonforge.rms_norm")
+m_ = importlib.import_module("tritonforge.ops.rmsnorm")
 copy = bench.measure_copy(bench.COPY_BYTES, device="cuda", timer=bench.do_bench_timer())
 gbps = copy["gbps"]; print("copy", gbps, flush=True)
 rows = []
