@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record what chapter 2's kernels compile to, for readers without a GPU.
 
-On a CUDA machine this launches every variant in ``tritonforge.basics.compile_variants()``
+On a CUDA machine this launches every variant in ``tritonforge.book.compile_ir.compile_variants()``
 (vector add with a length that is / is not a multiple of 16, and in fp16; the 2-D add on a
 contiguous, a transposed and a column-sliced view) and records, for each compiled kernel:
 
@@ -21,7 +21,7 @@ Usage (from the repository root)::
 
 With ``--offline-arch`` nothing is launched: Triton's compiler runs on the CPU, registers come
 from the binary (``cuobjdump``), and the files are marked ``"offline": true`` (the chapter
-prefers GPU recordings). The code lives in ``tritonforge.basics`` (``record_main``).
+prefers GPU recordings). The code lives in ``tritonforge.book.compile_ir`` (``record_main``).
 """
 
 import os
@@ -32,7 +32,7 @@ if "--offline-arch" in sys.argv:
     os.environ["TRITON_INTERPRET"] = "0"  # compile, don't interpret: before tritonforge imports triton
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from tritonforge.basics import record_main  # noqa: E402  (tritonforge first: it imports triton)
+from tritonforge.book.compile_ir import record_main  # noqa: E402  (tritonforge first: it imports triton)
 
 if __name__ == "__main__":
     sys.exit(record_main(sys.argv[1:]))

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from tritonforge.colab import REPOSITORY_URL, colab_url, install_cell_source
+from tritonforge.book.colab import REPOSITORY_URL, colab_url, install_cell_source
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "exercises").rglob("*.ipynb"))
@@ -51,7 +51,7 @@ def test_notebook_committed_clean(path):
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_chapter_starts_with_the_colab_install_cell(path):
     code_cells = [c for c in _load(path)["cells"] if c["cell_type"] == "code"]
-    assert "".join(code_cells[0]["source"]) == install_cell_source(), "run: python -m tritonforge.colab " + str(path.relative_to(ROOT))
+    assert "".join(code_cells[0]["source"]) == install_cell_source(), "run: python -m tritonforge.book.colab " + str(path.relative_to(ROOT))
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)

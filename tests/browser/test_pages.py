@@ -14,7 +14,7 @@ The HTML is served on 127.0.0.1 (``http.server`` in a thread) and opened in head
   ``_vendor/mathjax``), and such requests are blocked, so the test never touches the network;
 - no page shows an ipywidget: with no kernel and no widget JavaScript it would be an empty box
   (the convention: tag the widget cell ``remove-output`` and follow it with a static figure);
-- a page built from a notebook links to Colab at exactly ``tritonforge.colab.colab_url(<notebook>)``.
+- a page built from a notebook links to Colab at exactly ``tritonforge.book.colab.colab_url(<notebook>)``.
 
 Full-page screenshots go to ``artifacts/screenshots/`` and a summary to
 ``artifacts/browser-report.json`` (``TRITONFORGE_ARTIFACTS`` moves them).
@@ -40,7 +40,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 
-from tritonforge.colab import colab_url
+from tritonforge.book.colab import colab_url
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = Path(os.environ.get("TRITONFORGE_BOOK_HTML", ROOT / "_build" / "html"))

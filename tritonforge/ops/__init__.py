@@ -8,6 +8,8 @@ module             public function                        chapter
 =================  =====================================  ==========
 ``fused_axpy``     ``axpy``                               0
 ``rmsnorm``        ``rms_norm``                           3, 4
+``teaching``       ``vector_add``, ``add_2d``,            2
+                   ``program_map``
 =================  =====================================  ==========
 
 Ops import only the floor below them (``runtime``, ``reference``, ``kernel_utils``,

@@ -1,37 +1,16 @@
-r"""Chapter 2's kernels: programs, blocks, masks, pointers and strides — and what they compile to.
+"""Inside the compiled kernel: what chapter 2's kernels compile to, live, recorded or offline.
 
-The programming model in one paragraph. A Triton kernel is written for **one program**: one
-instance of the kernel, identified by ``tl.program_id(axis)``, that works on one **block** of
-the data. ``tl.arange(0, BLOCK)`` is a vector of ``BLOCK`` consecutive indices (``BLOCK`` a
-power of two known at compile time); adding it to ``pid * BLOCK`` gives the indices of this
-program's block. The last block usually sticks out past the end of the tensor, so every load and
-store takes a **mask** that switches the extra lanes off. Memory is reached by **pointer
-arithmetic**: ``x_ptr + offsets`` is a block of addresses, and for a 2-D view element
-``(i, j)`` lives at ``x_ptr + i * stride_m + j * stride_n`` — passing the view's strides lets a
-kernel read a transposed or sliced tensor in place, without a copy.
+:func:`compile_variants` launches each kernel of ``tritonforge.ops.teaching`` on a few inputs
+that specialize it differently (a length that is or is not a multiple of 16, a unit or non-unit
+stride), and :func:`describe_compiled` reads the compiled kernel's IR at every stage — Triton IR,
+TritonGPU IR, LLVM IR, PTX — plus its register, spill and shared-memory counts. That needs a GPU;
+``scripts/record_compile.py`` (:func:`record_main`) writes the readings to
+``benchmarks/results/compile-*.json`` so that a reader without one sees them too, and without a
+recording the compiler can still run here for a chosen architecture, launching nothing
+(:func:`compile_records_for_chapter`).
 
-Ops, in reading order:
-
-``vector_add(x, y)``
-    :math:`\mathrm{out}_i = x_i + y_i`, one 1-D program per ``VECTOR_BLOCK`` elements.
-``add_2d(x, y)``
-    :math:`\mathrm{out}_{ij} = x_{ij} + y_{ij}` on 2-D tensors with **any** strides (transposed,
-    sliced), a 2-D grid of ``ADD_2D_BLOCK_M × ADD_2D_BLOCK_N`` tiles; nothing is copied.
-``program_map(M, N, block_m, block_n)``
-    a teaching op: element ``(i, j)`` receives the number of the program that wrote it, using
-    the same index arithmetic as ``add_2d``; chapter 2 draws it.
-
-Arithmetic happens in float32 (16-bit inputs are upcast right after ``tl.load``; the interpreter
-computes bf16 wrongly otherwise) and results are rounded once, to nearest, to the inputs' dtype
-at ``tl.store`` (``kernel_utils.cast_for_store``: the interpreter would truncate bf16).
-
-The second half of the module looks *inside* the compiled kernels: it launches each kernel on a
-few inputs that specialize it differently (a length that is or is not a multiple of 16, a unit
-or non-unit stride), and reads the compiled kernel's IR at every stage — Triton IR, TritonGPU
-IR, LLVM IR, PTX — plus its register, spill and shared-memory counts. That needs a GPU;
-``scripts/record_compile.py`` writes the readings to ``benchmarks/results/compile-*.json`` so
-that a reader without one sees them too, and without a recording the compiler can still run
-here for a chosen architecture, launching nothing (:func:`compile_records_for_chapter`).
+A book helper: it may import the benchmark harness (for the results folder and the git state);
+no op imports it.
 """
 
 from __future__ import annotations
@@ -39,7 +18,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
-import inspect
 import json
 import pathlib
 import platform
@@ -48,354 +26,17 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from tritonforge import runtime
-from tritonforge._triton import tl, triton
-from tritonforge.bench import device_slug, git_state, results_directory
-from tritonforge.kernel_utils import cast_for_store, round_bf16_by_hand
-from tritonforge.reference import add_ref, program_map_ref
-
-BASICS_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-# ----------------------------------------------------------------------------------------------
-# Block sizes (the only tuning in this module)
-# ----------------------------------------------------------------------------------------------
-
-VECTOR_BLOCK = 1024  # elements per 1-D program: 4 KB of fp32 per operand
-ADD_2D_BLOCK_M = 16  # rows per 2-D tile
-ADD_2D_BLOCK_N = 64  # columns per 2-D tile: 256 B of fp32 per row, two 128-byte lines
-NUM_WARPS = 4  # 128 threads per program on a GPU (ignored by the interpreter)
-
-
-# ----------------------------------------------------------------------------------------------
-# Kernels
-# ----------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _vector_add_kernel(
-    x_ptr,  # *x, contiguous, n_elements values
-    y_ptr,  # *y, contiguous, same dtype and length
-    out_ptr,  # *out, contiguous, written in x's dtype
-    n_elements,  # runtime length: not constexpr, one kernel serves every length
-    BLOCK: tl.constexpr,  # elements per program, a power of two
-    ROUND_BF16: tl.constexpr,  # round bf16 by hand (see kernel_utils)
-):
-    pid = tl.program_id(0).to(tl.int64)  # which program am I? (int64: no overflow)
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)  # [BLOCK] indices of my block
-    mask = offsets < n_elements  # False past the end (last block only)
-    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
-    y = tl.load(y_ptr + offsets, mask=mask).to(tl.float32)
-    out = cast_for_store(x + y, out_ptr.dtype.element_ty, ROUND_BF16)
-    tl.store(out_ptr + offsets, out, mask=mask)
-
-
-@triton.jit
-def _add_2d_kernel(
-    x_ptr,  # *x [M, N], any strides
-    y_ptr,  # *y [M, N], any strides
-    out_ptr,  # *out [M, N], any strides
-    M,  # rows
-    N,  # columns
-    stride_xm,  # elements from x[i, j] to x[i + 1, j]
-    stride_xn,  # elements from x[i, j] to x[i, j + 1]
-    stride_ym,
-    stride_yn,
-    stride_om,
-    stride_on,
-    BLOCK_M: tl.constexpr,  # rows per tile
-    BLOCK_N: tl.constexpr,  # columns per tile
-    ROUND_BF16: tl.constexpr,  # round bf16 by hand (see kernel_utils)
-):
-    pid_m = tl.program_id(0)  # tile row
-    pid_n = tl.program_id(1)  # tile column
-    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # [BLOCK_M]
-    cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)  # [BLOCK_N]
-    r, c = rows[:, None], cols[None, :]  # [BLOCK_M, 1] and [1, BLOCK_N]
-    mask = (r < M) & (c < N)  # [BLOCK_M, BLOCK_N]: the tile within the tensor
-    x = tl.load(x_ptr + r * stride_xm + c * stride_xn, mask=mask).to(tl.float32)
-    y = tl.load(y_ptr + r * stride_ym + c * stride_yn, mask=mask).to(tl.float32)
-    out = cast_for_store(x + y, out_ptr.dtype.element_ty, ROUND_BF16)
-    tl.store(out_ptr + r * stride_om + c * stride_on, out, mask=mask)
-
-
-@triton.jit
-def _program_map_kernel(
-    out_ptr,  # *out [M, N] int32, contiguous
-    M,
-    N,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    program = pid_m * tl.num_programs(1) + pid_n  # one number per program, row-major over the grid
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    value = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32) + program
-    tl.store(out_ptr + rows[:, None] * N + cols[None, :], value, mask=mask)
-
-
-# ----------------------------------------------------------------------------------------------
-# Launchers
-# ----------------------------------------------------------------------------------------------
-
-
-def vector_add_fwd(x: torch.Tensor, y: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Launch the 1-D kernel; non-contiguous inputs are copied to contiguous first.
-
-    ``out`` (contiguous, x's shape and dtype) lets tests pass a NaN-poisoned buffer.
-    """
-    x_flat = x.contiguous().view(-1)  # [n]
-    y_flat = y.contiguous().view(-1)  # [n]
-    if out is None:
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    n = x_flat.numel()
-    grid = (triton.cdiv(n, VECTOR_BLOCK),)
-    _vector_add_kernel[grid](
-        x_flat, y_flat, out.view(-1), n, BLOCK=VECTOR_BLOCK, ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=NUM_WARPS
-    )
-    return out
-
-
-def add_2d_grid(M: int, N: int) -> tuple[int, int]:
-    """``(tiles down, tiles across)``: axis 0 takes the rows, whose grid limit is 2**31 - 1."""
-    return triton.cdiv(M, ADD_2D_BLOCK_M), triton.cdiv(N, ADD_2D_BLOCK_N)
-
-
-def add_2d_fwd(x: torch.Tensor, y: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Launch the 2-D kernel on the views as they are: their strides go to the kernel, no copy.
-
-    ``out`` may be any ``[M, N]`` tensor (tests pass a NaN-poisoned, even strided, buffer).
-    """
-    M, N = x.shape
-    if out is None:
-        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    _add_2d_kernel[add_2d_grid(M, N)](
-        x, y, out, M, N,
-        x.stride(0), x.stride(1),
-        y.stride(0), y.stride(1),
-        out.stride(0), out.stride(1),
-        BLOCK_M=ADD_2D_BLOCK_M, BLOCK_N=ADD_2D_BLOCK_N, ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=NUM_WARPS,
-    )  # fmt: skip
-    return out
-
-
-def program_map_fwd(M: int, N: int, block_m: int, block_n: int, device) -> torch.Tensor:
-    out = torch.empty((M, N), dtype=torch.int32, device=device)
-    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
-    _program_map_kernel[grid](out, M, N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=1)
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
-# Public ops
-# ----------------------------------------------------------------------------------------------
-
-
-def _check_pair(x: object, y: object) -> torch.device:
-    runtime.check_tensor("x", x, dtypes=BASICS_DTYPES)
-    runtime.check_tensor("y", y, dtypes=BASICS_DTYPES)
-    device = runtime.check_same_device(x=x, y=y)
-    runtime.check_same_dtype(x=x, y=y)
-    runtime.check_same_shape(x=x, y=y)
-    return device
-
-
-def vector_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Return ``x + y`` computed by one 1-D Triton program per ``VECTOR_BLOCK`` elements.
-
-    Args:
-        x: float16, bfloat16 or float32 tensor of any shape (copied if not contiguous).
-        y: tensor with x's shape, dtype and device.
-
-    Returns:
-        A new contiguous tensor with x's shape and dtype; ``tfg.last_path("vector_add")`` tells
-        which path computed it.
-    """
-    device = _check_pair(x, y)
-    if x.numel() == 0:
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-    return runtime.dispatch(
-        "vector_add",
-        device=device,
-        kernel=lambda: vector_add_fwd(x, y),
-        reference=lambda: add_ref(x, y).contiguous(),
-        dtype=x.dtype,
-    )
-
-
-def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Return ``x + y`` for 2-D tensors of any strides, read in place (no ``.contiguous()`` copy).
-
-    Args:
-        x: 2-D float16, bfloat16 or float32 tensor; any strides (a transposed or sliced view).
-        y: tensor with x's shape, dtype and device; its strides may differ from x's.
-
-    Returns:
-        A new contiguous ``[M, N]`` tensor in x's dtype; ``tfg.last_path("add_2d")`` tells which
-        path computed it.
-    """
-    device = _check_pair(x, y)
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        return torch.empty(tuple(x.shape), dtype=x.dtype, device=device)
-    return runtime.dispatch(
-        "add_2d",
-        device=device,
-        kernel=lambda: add_2d_fwd(x, y),
-        reference=lambda: add_ref(x, y).contiguous(),
-        dtype=x.dtype,
-    )
-
-
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def program_map(M: int, N: int, block_m: int, block_n: int, *, device="cpu") -> torch.Tensor:
-    """``[M, N]`` int32 tensor: element ``(i, j)`` holds the number of the program that wrote it.
-
-    The grid is ``cdiv(M, block_m) × cdiv(N, block_n)`` tiles, numbered row by row. Every
-    element is written by the kernel itself (the torch path computes the same numbers).
-
-    Args:
-        M, N: the tensor's shape (positive ints).
-        block_m, block_n: the tile shape, powers of two (``tl.arange`` needs them).
-        device: where to run (``env.device_type`` in a chapter).
-    """
-    for name, value in (("M", M), ("N", N), ("block_m", block_m), ("block_n", block_n)):
-        _check_positive_int(name, value)
-    for name, value in (("block_m", block_m), ("block_n", block_n)):
-        if value & (value - 1):
-            raise ValueError(f"{name} must be a power of two (tl.arange needs one), got {value}")
-    device = torch.device(device)
-    return runtime.dispatch(
-        "program_map",
-        device=device,
-        kernel=lambda: program_map_fwd(M, N, block_m, block_n, device),
-        reference=lambda: program_map_ref(M, N, block_m, block_n, device=device),
-    )
-
-
-def kernel_source(kernel) -> str:
-    """The Python source of a ``@triton.jit`` kernel (compiled or interpreted), for a chapter to show."""
-    return inspect.getsource(getattr(kernel, "fn", kernel))
-
-
-# ----------------------------------------------------------------------------------------------
-# The picture of a launch: which program touches which element (chapter 2's figure)
-# ----------------------------------------------------------------------------------------------
-
-
-def storage_map(view: torch.Tensor, base: torch.Tensor, values: torch.Tensor, fill: int = -1) -> torch.Tensor:
-    """Scatter ``values`` (one per element of the 2-D ``view``) to where those elements live in
-    ``base``'s memory: returns a tensor of base's shape, ``fill`` where the view has no element.
-
-    ``base`` must be contiguous and share its storage with ``view`` (``view = base.t()``,
-    ``base[:, ::2]``, ...). Offsets are ``storage_offset + i * stride_m + j * stride_n``.
-    """
-    if not base.is_contiguous():
-        raise ValueError("base must be contiguous: its memory order is the picture's reading order")
-    if view.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
-        raise ValueError("view must be a view of base (they share no storage)")
-    M, N = view.shape
-    rows = torch.arange(M)[:, None]
-    cols = torch.arange(N)[None, :]
-    offsets = view.storage_offset() - base.storage_offset() + rows * view.stride(0) + cols * view.stride(1)
-    flat = torch.full((base.numel(),), fill, dtype=values.dtype)
-    flat[offsets.reshape(-1)] = values.cpu().reshape(-1)
-    return flat.view(base.shape)
-
-
-def plot_program_map(
-    M: int,
-    N: int,
-    block_m: int,
-    block_n: int,
-    *,
-    device="cpu",
-    view: Optional[torch.Tensor] = None,
-    base: Optional[torch.Tensor] = None,
-    ax=None,
-    title: Optional[str] = None,
-):
-    """Draw which program writes each element of an ``[M, N]`` tensor (computed by the kernel).
-
-    Each program's tile gets a colour and its number; the parts of tiles that stick out past the
-    tensor (lanes the mask switches off) are hatched. With ``view`` and ``base`` a second panel
-    shows the same programs in ``base``'s memory (grey: memory the view does not use). Returns
-    the matplotlib figure (or ``ax``'s figure when ``ax`` is given).
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Rectangle
-
-    pmap = program_map(M, N, block_m, block_n, device=device).cpu()
-    grid_m, grid_n = triton.cdiv(M, block_m), triton.cdiv(N, block_n)
-    programs = grid_m * grid_n
-    colours = plt.get_cmap("tab10").colors
-    cmap = ListedColormap([(0.85, 0.85, 0.85)] + [colours[p % len(colours)] for p in range(programs)])
-
-    panels = 2 if view is not None else 1
-    if ax is None:
-        fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
-        axes = list(axes[0])
-    else:
-        axes = [ax] if panels == 1 else list(ax)
-        fig = axes[0].figure
-
-    def draw(a, data, subtitle):
-        a.imshow((data + 1).numpy(), cmap=cmap, vmin=0, vmax=programs, interpolation="nearest")
-        a.set_xticks(range(data.shape[1]))
-        a.set_yticks(range(data.shape[0]))
-        a.tick_params(labelsize=6, length=0)
-        a.set_title(subtitle, fontsize=9)
-
-    draw(axes[0], pmap, title or f"[{M}, {N}] in {block_m}×{block_n} tiles: {programs} programs")
-    for pm in range(grid_m):
-        for pn in range(grid_n):
-            r0, c0 = pm * block_m, pn * block_n
-            axes[0].add_patch(Rectangle((c0 - 0.5, r0 - 0.5), block_n, block_m, fill=False, lw=1.5, ec="black"))
-            # the masked-off part of the tile, outside the tensor
-            if r0 + block_m > M or c0 + block_n > N:
-                for r in range(r0, r0 + block_m):
-                    for c in range(c0, c0 + block_n):
-                        if r >= M or c >= N:
-                            axes[0].add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, hatch="///", lw=0, ec="0.5"))
-            rm = (r0 + min(r0 + block_m, M)) / 2 - 0.5
-            cm = (c0 + min(c0 + block_n, N)) / 2 - 0.5
-            axes[0].text(cm, rm, f"P{pm * grid_n + pn}", ha="center", va="center", fontsize=8, weight="bold")
-    axes[0].set_xlim(-0.5, grid_n * block_n - 0.5)
-    axes[0].set_ylim(grid_m * block_m - 0.5, -0.5)
-    axes[0].set_xlabel("column j  (hatched: masked off)", fontsize=8)
-    axes[0].set_ylabel("row i", fontsize=8)
-    if view is not None:
-        if base is None:
-            raise ValueError("pass base (the contiguous tensor the view looks into) with view")
-        if tuple(view.shape) != (M, N):
-            raise ValueError(f"view has shape {tuple(view.shape)}, expected ({M}, {N})")
-        memory = storage_map(view, base, pmap)
-        draw(axes[1], memory, f"the same elements in memory (base [{base.shape[0]}, {base.shape[1]}])")
-        for p in range(programs):
-            where = (memory == p).nonzero().float()
-            if len(where):
-                r, c = where.mean(0).tolist()
-                axes[1].text(c, r, f"P{p}", ha="center", va="center", fontsize=8, weight="bold")
-        axes[1].set_xlabel(
-            f"address order: along a row, then down\nview strides ({view.stride(0)}, {view.stride(1)}); grey: not in the view",
-            fontsize=8,
-        )
-    fig.tight_layout()
-    return fig
-
-
-# ----------------------------------------------------------------------------------------------
-# Inside the compiled kernel (GPU): IR at every stage, registers, spills, shared memory
-# ----------------------------------------------------------------------------------------------
+from tritonforge import bench, runtime
+from tritonforge._triton import triton
+from tritonforge.ops.teaching import (
+    ADD_2D_BLOCK_M,
+    ADD_2D_BLOCK_N,
+    NUM_WARPS,
+    VECTOR_BLOCK,
+    _add_2d_kernel,
+    _vector_add_kernel,
+    add_2d_grid,
+)
 
 STAGES = ("ttir", "ttgir", "llir", "ptx")
 STAGE_NAMES = {"ttir": "Triton IR", "ttgir": "TritonGPU IR", "llir": "LLVM IR", "ptx": "PTX"}
@@ -683,12 +324,12 @@ def record_compilation(device: str = "cuda", kernels: Optional[Sequence[str]] = 
 
 def write_compile_records(records: CompileRecords, directory=None) -> list[pathlib.Path]:
     """One JSON file per kernel: ``compile-<kernel>-<device>-<date>.json`` (default: the results folder)."""
-    directory = pathlib.Path(directory) if directory is not None else results_directory()
+    directory = pathlib.Path(directory) if directory is not None else bench.results_directory()
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for kernel in dict.fromkeys(v["kernel"] for v in records.variants):
         md = {**records.metadata, "kernel": kernel}
-        path = directory / f"compile-{kernel.replace('_', '-')}-{device_slug(md['device'])}-{md['date']}.json"
+        path = directory / f"compile-{kernel.replace('_', '-')}-{bench.device_slug(md['device'])}-{md['date']}.json"
         body = {"metadata": md, "variants": [v for v in records.variants if v["kernel"] == kernel]}
         path.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
         paths.append(path)
@@ -701,7 +342,7 @@ def load_compile_records(directory=None, *, include_offline: bool = False) -> Co
     Recordings made on a GPU are preferred; offline compilations (no device, no register counts)
     are used only with ``include_offline``.
     """
-    directory = pathlib.Path(directory) if directory is not None else results_directory()
+    directory = pathlib.Path(directory) if directory is not None else bench.results_directory()
     newest: dict[str, tuple[tuple, dict, str]] = {}
     for path in sorted(directory.glob("compile-*.json")):
         try:
@@ -837,7 +478,7 @@ def record_main(argv: Sequence[str]) -> int:
         print("TRITON_INTERPRET=1 is set: unset it (or set it to 0) so that the kernels are compiled", file=sys.stderr)
         return 2
     records = offline_records(args.offline_arch) if args.offline_arch is not None else record_compilation()
-    records.metadata["git_commit"] = git_state()[0]
+    records.metadata["git_commit"] = bench.git_state()[0]
     records.metadata["command"] = " ".join(["python scripts/record_compile.py", *argv])
     print(records.provenance)
     print(records.summary())
@@ -855,7 +496,7 @@ def _compile_offline_in_subprocess(arch: int, timeout: float = 300) -> CompileRe
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        code = f"import sys; from tritonforge.basics import record_main; sys.exit(record_main([{tmp!r}, '--offline-arch', '{arch}']))"
+        code = f"import sys; from tritonforge.book.compile_ir import record_main; sys.exit(record_main([{tmp!r}, '--offline-arch', '{arch}']))"
         env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION=os.environ.get("TRITON_DEFAULT_FP_FUSION", "1"))
         try:
             proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)

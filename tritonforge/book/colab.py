@@ -5,7 +5,7 @@ repository buttons) and :data:`REPOSITORY_URL` here (for the Colab install cell,
 before tritonforge is importable). ``tests/test_book.py`` checks that they agree and that every
 chapter's first code cell is exactly :func:`install_cell_source`.
 
-``python -m tritonforge.colab chapters/*.ipynb`` (re)writes that first cell in the notebooks
+``python -m tritonforge.book.colab chapters/*.ipynb`` (re)writes that first cell in the notebooks
 given.
 """
 

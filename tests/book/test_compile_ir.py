@@ -1,0 +1,141 @@
+"""What chapter 2's kernels compile to (tritonforge.book.compile_ir): IR cleaning, recordings,
+the offline compiler and scripts/record_compile.py."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tritonforge.book import compile_ir
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "record_compile.py"
+
+
+# ----------------------------------------------------------------------------------------------
+# Compiled-kernel readings
+# ----------------------------------------------------------------------------------------------
+
+PTX = """
+\t.loc 1 2 3
+\t@%p1 ld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];
+\t@%p2 ld.global.b32 { %r5 }, [ %rd2 + 0 ];
+\t@%p2 ld.global.b32 { %r6 }, [ %rd2 + 4 ];
+\t@%p1 st.global.v2.b16 [ %rd3 + 0 ], { %rs1, %rs2 };
+\t.section\t.debug_abbrev
+\t@%p1 ld.global.v4.b32 { %r1 }, [ %rd1 + 0 ];
+"""
+
+
+def test_memory_ops_and_widths():
+    cleaned = compile_ir.clean_ir("ptx", PTX)
+    assert ".loc" not in cleaned and "debug" not in cleaned
+    assert compile_ir.memory_ops(cleaned) == {"ld.global.b32": 2, "ld.global.v4.b32": 1, "st.global.v2.b16": 1}
+    assert compile_ir.vector_width_bytes("ld.global.v4.b32") == 16
+    assert compile_ir.vector_width_bytes("ld.global.b32") == 4
+    assert compile_ir.vector_width_bytes("st.global.v2.b16") == 4
+
+
+def test_clean_ir_drops_mlir_locations():
+    text = '#loc = loc("f.py":1:1)\n    %x = tt.load %p, %m : tensor<4xf32> loc(#loc12)\n  tt.func @k(%a: i32 loc("a"(#loc))) {\n'
+    cleaned = compile_ir.clean_ir("ttir", text)
+    assert "loc" not in cleaned
+    assert "%x = tt.load %p, %m : tensor<4xf32>" in cleaned and "tt.func @k(%a: i32) {" in cleaned
+
+
+def test_no_recording_is_a_note_not_an_error(tmp_path):
+    records = compile_ir.load_compile_records(tmp_path)
+    assert not records.available
+    assert "scripts/record_compile.py" in records.provenance
+    assert records.get("vector_add", "fp32, n % 16 == 0") is None
+    assert "no reading" in records.excerpt("vector_add", "fp32, n % 16 == 0", "ptx")
+    assert records.summary() == records.note
+
+
+def _fake_variant(kernel, name, regs):
+    ptx = "\t@%p1 ld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];\n"
+    return {
+        "kernel": kernel, "name": name, "description": "", "n_regs": regs, "n_spills": 0, "shared_bytes": 0,
+        "num_warps": 4, "num_stages": 3, "memory_ops": compile_ir.memory_ops(ptx), "ir": {"ptx": ptx, "ttir": "module {\n}\n"},
+    }  # fmt: skip
+
+
+def test_recordings_round_trip_and_the_newest_gpu_one_wins(tmp_path):
+    old = compile_ir.CompileRecords([_fake_variant("vector_add", "v", 20)], compile_ir.compile_metadata(device_name="NVIDIA H200", compute_capability="9.0"))
+    old.metadata.update(date="2026-01-01", created="2026-01-01T00:00:00+00:00")
+    new = compile_ir.CompileRecords([_fake_variant("vector_add", "v", 30)], compile_ir.compile_metadata(device_name="NVIDIA H200", compute_capability="9.0"))
+    new.metadata.update(date="2026-02-01", created="2026-02-01T00:00:00+00:00")
+    offline = compile_ir.CompileRecords([_fake_variant("vector_add", "v", 99)], compile_ir.compile_metadata(device_name="x", compute_capability="9.0", offline=True))
+    (path_old,) = compile_ir.write_compile_records(old, tmp_path)
+    (path_new,) = compile_ir.write_compile_records(new, tmp_path)
+    compile_ir.write_compile_records(offline, tmp_path)
+    assert path_old.name == "compile-vector-add-nvidia-h200-2026-01-01.json"
+    assert path_new.name == "compile-vector-add-nvidia-h200-2026-02-01.json"
+    records = compile_ir.load_compile_records(tmp_path)
+    assert records.available and not records.live
+    assert records.get("vector_add", "v")["n_regs"] == 30
+    assert records.provenance.startswith("recorded on NVIDIA H200, sm_90, 2026-02-01")
+    assert "ld.global.v4.b32" in records.excerpt("vector_add", "v", "ptx", r"ld\.global")
+    assert "1× ld.global.v4.b32" in records.summary()
+
+
+def test_the_chapter_ignores_broken_files(tmp_path):
+    (tmp_path / "compile-junk.json").write_text("{not json")
+    (tmp_path / "compile-other.json").write_text(json.dumps({"metadata": {"kind": "bench"}, "variants": []}))
+    assert not compile_ir.load_compile_records(tmp_path).available
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="offline compilation is the CPU stand-in; the GPU test compiles for real")
+def test_record_compile_script_offline_end_to_end(tmp_path):
+    """scripts/record_compile.py compiles every variant for sm_90 without a GPU and writes JSON
+    that the chapter's loader reads; the aligned fp32 vector add uses 16-byte vector loads."""
+    env = dict(os.environ, TRITON_DEFAULT_FP_FUSION="1")
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--offline-arch", "90"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = sorted(p.name for p in tmp_path.glob("compile-*.json"))
+    assert len(names) == 2 and names[0].startswith("compile-add-2d-") and names[1].startswith("compile-vector-add-")
+    assert not compile_ir.load_compile_records(tmp_path).available  # offline files are not recordings
+    records = compile_ir.load_compile_records(tmp_path, include_offline=True)
+    assert records.metadata["offline"] is True
+    assert {v["name"] for v in records.variants} == {v.name for v in compile_ir.compile_variants()}
+    for v in records.variants:
+        assert set(v["ir"]) == set(compile_ir.STAGES), v["name"]
+        assert v["memory_ops"], v["name"]
+        assert isinstance(v["n_regs"], int) and v["n_regs"] > 0, v["name"]
+    aligned = records.get("vector_add", "fp32, n % 16 == 0")
+    assert any(compile_ir.vector_width_bytes(op) == 16 for op in aligned["memory_ops"] if op.startswith("ld."))
+    assert "tt.load" in aligned["ir"]["ttir"] and "#blocked" in aligned["ir"]["ttgir"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the chapter compiles live")
+def test_chapter_compiles_offline_when_nothing_is_recorded(tmp_path):
+    records = compile_ir.compile_records_for_chapter(live=False, directory=tmp_path)
+    assert records.available and records.metadata["offline"], records.note
+    assert records.provenance.startswith("compiled without a GPU for sm_90")
+    assert "ld.global" in records.excerpt("vector_add", "fp32, n % 16 == 0", "ptx", r"ld\.global")
+
+
+def test_record_compile_script_without_a_gpu_says_so():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "/nonexistent"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "no CUDA GPU" in proc.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_live_compile_records():
+    records = compile_ir.record_compilation()
+    assert records.live and records.available
+    assert records.provenance.startswith("live:")
+    for v in records.variants:
+        assert isinstance(v["n_regs"], int) and v["n_regs"] > 0, v["name"]
+        assert isinstance(v["n_spills"], int), v["name"]
+        assert isinstance(v["shared_bytes"], int), v["name"]
+        assert set(v["ir"]) == set(compile_ir.STAGES), v["name"]
+    aligned = records.get("vector_add", "fp32, n % 16 == 0")
+    assert any(compile_ir.vector_width_bytes(op) == 16 for op in aligned["memory_ops"] if op.startswith("ld."))
