@@ -41,6 +41,33 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, up
     return weight * h.to(x.dtype)
 
 
+def rms_norm_rstd_ref(x: torch.Tensor, eps: float = 1e-6, *, upcast: bool = False) -> torch.Tensor:
+    """``1 / sqrt(mean(x**2, -1) + eps)`` per row, flattened to ``[M]``, in the accumulator dtype
+    (float32, float64 for float64 inputs or with ``upcast``): what the forward kernel saves."""
+    h = x.to(_compute_dtype(x.dtype, upcast))
+    return torch.rsqrt(h.pow(2).mean(-1) + eps).reshape(-1)
+
+
+def rms_norm_bwd_ref(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, upcast: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The hand-derived backward of :func:`rms_norm_ref` (chapter 4), in PyTorch ops:
+    ``dx = r * (dy*w - xhat * mean(dy*w*xhat))`` and ``dweight = sum over rows of dy * xhat``,
+    with ``r`` recomputed from x. Written in differentiable ops, so autograd can differentiate it
+    again: it is the double-backward path as well as the fallback and the tests' oracle. Returns
+    ``(dx, dweight)`` in x's and weight's dtypes (float64 with ``upcast``)."""
+    ct = _compute_dtype(x.dtype, upcast)
+    h = x.to(ct)
+    r = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    x_hat = h * r
+    g = dy.to(ct) * weight.to(ct)
+    dx = r * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
+    dweight = (dy.to(ct) * x_hat).reshape(-1, x.shape[-1]).sum(0)
+    if upcast:
+        return dx, dweight
+    return dx.to(x.dtype), dweight.to(weight.dtype)
+
+
 def add_ref(x: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
     """``x + y`` in float32 (float64 with ``upcast``), returned in x's dtype (float64 if upcast)."""
     ct = torch.float64 if upcast else torch.float32

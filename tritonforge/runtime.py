@@ -62,7 +62,7 @@ class Route:
 
     op: str
     path: str  # one of PATHS
-    reason: Optional[str] = None  # None | "triton-missing" | "device" | "unsupported" | "kernel-error"
+    reason: Optional[str] = None  # None | "triton-missing" | "device" | "unsupported" | "kernel-error" | "autograd" | "empty"
     detail: Optional[str] = None  # a sentence for humans
 
 
@@ -170,6 +170,29 @@ def sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def shared_memory_per_block(device: torch.device) -> Optional[int]:
+    """Bytes of shared memory one program (CUDA block) may use on ``device``, as the driver
+    reports it (the opt-in maximum, which Triton uses), or ``None`` off CUDA.
+
+    Configurations that keep data in shared memory (software-pipelined loops, tiles) are chosen
+    from this number, never inferred from the compute capability: sm_86/sm_89 parts (A10, L4)
+    allow about 99 KB, a T4 64 KB, an A100 about 163 KB, an H100/H200 about 227 KB. Tests
+    monkeypatch this function to simulate those devices."""
+    if device.type != "cuda":
+        return None
+    return _cuda_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_shared_memory(index: int) -> int:
+    props = torch.cuda.get_device_properties(index)
+    optin = getattr(props, "shared_memory_per_block_optin", None)
+    if optin:
+        return int(optin)
+    # Older torch: ask Triton's driver, which reads the same attribute from CUDA.
+    return int(_triton.triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"])
+
+
 def supports_bf16(device: torch.device) -> bool:
     """bf16 kernels need compute capability >= 8.0.
 
@@ -250,6 +273,44 @@ def dispatch(
         return reference()
     _record(route)
     return out
+
+
+def record_empty(op: str) -> None:
+    """Record a call with an empty input: nothing to compute, no kernel launched. Path ``torch``,
+    reason ``empty``; not a fallback (no warning, allowed in strict mode)."""
+    _record(Route(op, "torch", "empty", "empty input: the result is empty, no kernel was launched"))
+
+
+def autograd_mode_unsupported(*tensors: torch.Tensor, vmap_ok: bool = True) -> Optional[str]:
+    """Check 3 for autograd modes a custom kernel cannot serve, or ``None``.
+
+    A ``torch.library`` custom op sees neither forward-mode tangents (it would drop them: the
+    result's tangent is ``None``) nor ``torch.func`` transforms other than ``vmap`` (``jvp``
+    gives zeros, ``grad`` raises). So a call under forward-mode AD (a dual tensor from
+    ``torch.autograd.forward_ad.make_dual``) or under ``torch.func.grad``/``jvp``/``jacrev``/...
+    takes the op's PyTorch reference, which every transform differentiates correctly: a routed
+    fallback (warned once; an error in strict mode), never a silent wrong answer. ``vmap``
+    alone is served by the op's vmap rule (``vmap_ok``). Cheap when none of this is active:
+    two attribute reads."""
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+        kinds = [interpreter.key() for interpreter in retrieve_all_functorch_interpreters()]
+        if not (vmap_ok and all(kind == torch._C._functorch.TransformType.Vmap for kind in kinds)):
+            names = ", ".join(str(kind).rsplit(".", 1)[-1].lower() for kind in kinds)
+            return f"torch.func transform ({names}) active: the kernels have no rule for it; the PyTorch reference differentiates correctly"
+    if torch.autograd.forward_ad._current_level >= 0:
+        for t in tensors:
+            if torch.autograd.forward_ad.unpack_dual(t).tangent is not None:
+                return "forward-mode AD (a dual tensor): the kernels have no jvp; the PyTorch reference carries the tangent"
+    return None
+
+
+def dispatch_reference(op: str, reason: str, detail: str, reference: Callable[[], object]):
+    """Serve a call with the reference for a reason found before routing (e.g. an autograd mode
+    the kernel has no rule for): recorded, warned once, an error in strict mode."""
+    _fall_back(Route(op, "torch", reason, detail))
+    return reference()
 
 
 # ----------------------------------------------------------------------------------------------

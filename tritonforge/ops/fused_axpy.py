@@ -22,7 +22,7 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import CachedLauncher, cast_for_store, round_bf16_by_hand
+from tritonforge.kernel_utils import cast_for_store, round_bf16_by_hand
 from tritonforge.reference import axpy_ref
 
 AXPY_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -48,8 +48,6 @@ def _axpy_kernel(
     tl.store(out_ptr + offsets, cast_for_store(out, out_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
-_launch_axpy = CachedLauncher(_axpy_kernel)
-
 
 def axpy_fwd(alpha: float, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Launch the kernel. Non-contiguous inputs are copied to contiguous first.
@@ -63,13 +61,65 @@ def axpy_fwd(alpha: float, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor |
     if out is None:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     n = x_flat.numel()
-    grid = (triton.cdiv(n, BLOCK_SIZE),)
-    _launch_axpy(grid, x_flat, y_flat, out.view(-1), float(alpha), n, BLOCK=BLOCK_SIZE, ROUND_BF16=round_bf16_by_hand(x.dtype))
+    grid = (-(-n // BLOCK_SIZE),)  # ceil division
+    _axpy_kernel[grid](x_flat, y_flat, out.view(-1), float(alpha), n, BLOCK=BLOCK_SIZE, ROUND_BF16=round_bf16_by_hand(x.dtype))
     return out
+
+
+OP = "axpy"
+
+
+def _axpy_routed(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    if x.numel() == 0:  # nothing to launch: the natural empty answer
+        runtime.record_empty(OP)
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+    return runtime.dispatch(
+        OP, device=x.device, dtype=x.dtype,
+        kernel=lambda: axpy_fwd(alpha, x, y),
+        reference=lambda: axpy_ref(alpha, x, y).contiguous(),
+    )  # fmt: skip
+
+
+@torch.library.custom_op("tritonforge::axpy", mutates_args=())
+def axpy_op(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The PyTorch operator (what torch.compile and CUDA graphs see): the routed kernel."""
+    return _axpy_routed(x, y, alpha)
+
+
+@axpy_op.register_fake
+def _(x, y, alpha):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.alpha = inputs[2]
+
+
+def _backward(ctx, dout):
+    # d(alpha*x + y)/dx = alpha, d/dy = 1: PyTorch ops, so a second derivative is exact (zero).
+    return (ctx.alpha * dout if ctx.needs_input_grad[0] else None), (dout if ctx.needs_input_grad[1] else None), None
+
+
+axpy_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _vmap_rule(info, in_dims, x, y, alpha):
+    """``vmap``: elementwise, so both inputs are given the batch dimension in front."""
+    x_dim, y_dim, _ = in_dims
+    x = x.movedim(x_dim, 0) if x_dim is not None else x.expand(info.batch_size, *x.shape)
+    y = y.movedim(y_dim, 0) if y_dim is not None else y.expand(info.batch_size, *y.shape)
+    return axpy_op(x, y, alpha), 0
+
+
+axpy_op.register_vmap(_vmap_rule)
 
 
 def axpy(alpha: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Return ``alpha * x + y`` in one pass over memory.
+
+    Differentiable (``dx = alpha * dout``, ``dy = dout``) and usable under ``torch.compile`` and
+    CUDA graphs through the operator ``torch.ops.tritonforge.axpy``; forward-mode AD and
+    ``torch.func`` transforms other than ``vmap`` take the PyTorch reference (a routed fallback).
 
     Args:
         alpha: a real Python number (applied in float32).
@@ -84,15 +134,16 @@ def axpy(alpha: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"alpha must be a real Python number, got {type(alpha).__name__}")
     runtime.check_tensor("x", x, dtypes=AXPY_DTYPES)
     runtime.check_tensor("y", y, dtypes=AXPY_DTYPES)
-    device = runtime.check_same_device(x=x, y=y)
+    runtime.check_same_device(x=x, y=y)
     runtime.check_same_dtype(x=x, y=y)
     runtime.check_same_shape(x=x, y=y)
-    if x.numel() == 0:  # nothing to launch: the natural empty answer
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-    return runtime.dispatch(
-        "axpy",
-        device=device,
-        kernel=lambda: axpy_fwd(alpha, x, y),
-        reference=lambda: axpy_ref(alpha, x, y).contiguous(),
-        dtype=x.dtype,
-    )
+    alpha = float(alpha)
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)
+    if torch.compiler.is_compiling():
+        return axpy_op(x, y, alpha)
+    mode = runtime.autograd_mode_unsupported(x, y)
+    if mode is not None:
+        return runtime.dispatch_reference(OP, "autograd", mode, lambda: axpy_ref(alpha, x, y).contiguous())
+    if needs_grad or torch._C._functorch.peek_interpreter_stack() is not None:
+        return axpy_op(x, y, alpha)  # autograd, or vmap (elementwise: the default rule is exact)
+    return _axpy_routed(x, y, alpha)  # eager inference skips the operator's dispatcher (host time)

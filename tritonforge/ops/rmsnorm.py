@@ -39,10 +39,13 @@ Arithmetic runs in float32 for float16, bfloat16 and float32 inputs (upcast righ
 ``tl.load``: the interpreter computes bf16 arithmetic wrongly otherwise) and in float64 for
 float64 inputs, so that ``torch.autograd.gradcheck`` passes through the real kernels. The
 normalized row is rounded to ``x.dtype`` *before* it is multiplied by ``weight``, exactly as in
-Hugging Face; ``weight`` must have ``x``'s dtype, so ``y`` has it too. ``rstd`` is float32
-(float64 for float64 inputs). ``eps`` is passed as a float64 scalar and cast to the accumulator
-dtype in the kernel (a plain Python float would arrive as float32, which costs float64 inputs
-up to ~1e-9 relative error where x² is small next to eps). ``tritonforge.reference.rms_norm_ref`` implements the same
+Hugging Face. ``weight`` has x's dtype, or is float32 beside a 16-bit x (an fp32 norm weight
+under ``torch.autocast``, or a Hugging Face model kept in fp32 norms): then, as in Hugging Face,
+``y`` is promoted to float32. ``rstd`` is float32 (float64 for float64 inputs). ``eps`` reaches
+the kernel as two float32 numbers, ``eps`` rounded to float32 and the remainder, added in the
+accumulator dtype: a single Python float arrives as float32 in Triton's interpreter whatever the
+annotation says, which cost float64 inputs up to ~1e-8 relative error where x² is small next to
+eps; the two halves carry 48 bits. ``tritonforge.reference.rms_norm_ref`` implements the same
 semantics and is the ``torch`` fallback.
 
 Layouts. Any leading shape is flattened to ``M`` rows of ``N``. Rows may be strided (a row
@@ -62,14 +65,15 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import struct
 from typing import Optional
 
 import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import CachedLauncher, acc_dtype, acc_torch_dtype, cast_for_store, round_bf16_by_hand
-from tritonforge.reference import rms_norm_ref
+from tritonforge.kernel_utils import acc_dtype, acc_torch_dtype, cast_for_store, round_bf16_by_hand
+from tritonforge.reference import rms_norm_bwd_ref, rms_norm_ref, rms_norm_rstd_ref
 
 RMS_NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -88,7 +92,8 @@ def _rms_norm_fwd_kernel(
     x_row_stride,  # elements between rows of x (may differ from N)
     y_row_stride,  # elements between rows of y
     N,  # row length (runtime: every N shares one compiled kernel)
-    eps: tl.float64,  # added to the mean square; typed fp64 so fp64 inputs get it exactly
+    eps_hi,  # eps = eps_hi + eps_lo: eps rounded to fp32, and the remainder (see split_eps)
+    eps_lo,
     BLOCK_N: tl.constexpr,  # columns per block (power of two)
     ROW_FITS: tl.constexpr,  # one pass, the row kept in registers (needs N <= BLOCK_N); else two passes
     ACC_DTYPE: tl.constexpr,  # tl.float32, or tl.float64 for float64 inputs
@@ -105,7 +110,7 @@ def _rms_norm_fwd_kernel(
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC_DTYPE)
         # w is issued before the reduction waits, and asked to stay in L2 (every row reads it).
         w = tl.load(weight_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + tl.cast(eps, ACC_DTYPE))
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE)))
         # Hugging Face order: round the normalized row to x's dtype, then multiply by w.
         x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
         tl.store(y_row + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
@@ -117,7 +122,7 @@ def _rms_norm_fwd_kernel(
             mask = start + cols < N
             x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
             sum_sq += x * x
-        rstd = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + tl.cast(eps, ACC_DTYPE))
+        rstd = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE)))
         # Pass 2: normalize and store. This re-read of x comes from L2 and is its last use.
         for start in range(0, N, BLOCK_N):
             mask = start + cols < N
@@ -150,7 +155,7 @@ def _rms_norm_bwd_kernel(
     COMPUTE_DX: tl.constexpr,  # x needs a gradient
     COMPUTE_DW: tl.constexpr,  # weight needs a gradient
     ROUND_BF16: tl.constexpr,  # interpreter + bf16: round the dx downcast by hand
-    STAGES: tl.constexpr,  # software-pipelining depth of the row loop (1 = none): see _bwd_stages
+    STAGES: tl.constexpr,  # software-pipelining depth of the row loop (1 = none): see bwd_stages
 ):
     """``dx = rstd * (dy*w - xhat * mean(dy*w*xhat))`` per row; ``dw`` partial = sum of ``dy*xhat``."""
     pid = tl.program_id(0).to(tl.int64)
@@ -214,8 +219,19 @@ def _rms_norm_bwd_kernel(
 
 
 # ----------------------------------------------------------------------------------------------
-# Heuristics: block sizes, warps and the backward grid, in one place
+# Heuristics: block sizes, warps, the backward grid and pipelining, in one place
 # ----------------------------------------------------------------------------------------------
+#
+# The measurements behind each rule are in benchmarks/NOTES.md ("rms_norm heuristics"), and the
+# experiments that made them in benchmarks/experiments/:
+#
+#   rule                                            experiment (benchmarks/experiments/)
+#   ----------------------------------------------  ------------------------------------------
+#   row block: next power of two, capped            rmsnorm-fwd-blocks
+#   rows of 4096 x many rows: two passes            rmsnorm-fwd-blocks, rmsnorm-fwd-passes
+#   backward: pipelined row loop (3 stages)         rmsnorm-bwd-variants
+#   backward: 1 / 2 / 3 programs per SM             rmsnorm-bwd-programs
+#   decode sizes: no other choice was faster        rmsnorm-fwd-decode
 
 MAX_BLOCK_N = 16384
 """Largest row block, in elements, for float32 arithmetic (64 KB of one row in registers).
@@ -225,13 +241,26 @@ and a dw partial at once) use half of it."""
 INTERPRETER_BWD_PROGRAMS = 8
 """Backward programs in the interpreter: few, because each program costs CPU time."""
 
+MANY_ROWS = 1024
+"""From this many rows on, the forward applies the measured exceptions of :func:`fwd_config`."""
 
-def _row_config(N: int, dtype: torch.dtype, *, backward: bool = False) -> tuple[int, int]:
-    """``(BLOCK_N, num_warps)`` for rows of ``N`` elements (``num_warps`` matters on GPU only).
+BWD_PIPELINE_STAGES = 3
+"""Rows of x and dy in flight per backward program when the row loop is software-pipelined."""
 
-    Cached, and in plain Python: it runs on every call, and host time is what a decode-sized
-    call is made of. The cache is keyed on ``MAX_BLOCK_N`` too, so a changed cap (tests lower it
-    to reach the column loop with small rows) takes effect."""
+BWD_PIPELINE_MAX_ROW_BYTES = 16 * 1024
+"""Pipeline only row blocks up to this size (float32 rows of 32 KB gained nothing)."""
+
+BWD_SHARED_SLACK_BYTES = 2048
+"""Shared memory a backward program uses besides the pipeline buffers (reduction scratch),
+counted generously so that :func:`bwd_shared_bytes` is an upper bound (GPU-tested against the
+compiled kernel's ``metadata.shared``)."""
+
+
+def row_config(N: int, dtype: torch.dtype, *, backward: bool = False) -> tuple[int, int]:
+    """``(BLOCK_N, num_warps)`` for rows of ``N`` elements: the next power of two up to the cap;
+    more warps for longer blocks (``num_warps`` matters on a GPU only). Cached: it runs on every
+    call. The cache is keyed on ``MAX_BLOCK_N`` too, so a changed cap (tests lower it to reach
+    the column loop with small rows) takes effect."""
     return _row_config_cached(N, dtype, backward, MAX_BLOCK_N)
 
 
@@ -244,34 +273,16 @@ def _row_config_cached(N: int, dtype: torch.dtype, backward: bool, max_block_n: 
         cap //= 2
     next_power_of_2 = 1 << max(N - 1, 0).bit_length()
     block_n = min(next_power_of_2, max(cap, 1))
-    if block_n <= 1024:
-        num_warps = 4
-    elif block_n <= 4096:
-        num_warps = 8
-    else:
-        num_warps = 16
+    num_warps = 4 if block_n <= 1024 else (8 if block_n <= 4096 else 16)
     return block_n, num_warps
 
 
-MANY_ROWS = 1024
-"""From this many rows on, the forward applies the measured exceptions of :func:`_fwd_config`."""
-
-
-def _fwd_config(M: int, N: int, dtype: torch.dtype) -> tuple[int, int, bool]:
-    """``(BLOCK_N, num_warps, one_pass)`` for the forward: :func:`_row_config`, one pass whenever
-    the row fits a block, except where measurement on the H200 said otherwise.
-
-    Rows of 4096 elements, with many rows (``benchmarks/experiments``, ``rmsnorm-fwd-blocks`` and
-    ``rmsnorm-fwd-passes``, three interleaved repeats each, 16384x4096):
-
-    - 16-bit: two passes over blocks of 2048 with 8 warps, 0.92-0.93 of copy bandwidth against
-      0.90 for one pass (three separate sweeps agreed);
-    - float32: two passes with the whole row as one block and 16 warps (the row re-read from L2,
-      as torch.compile's kernel does), 0.975 against 0.934.
-
-    Not applied to few rows (a decode-sized call is latency-bound, and a second pass over the row
-    adds a round trip that nothing hides), nor to other row lengths, which were not measured."""
-    block_n, num_warps = _row_config(N, dtype)
+def fwd_config(M: int, N: int, dtype: torch.dtype) -> tuple[int, int, bool]:
+    """``(BLOCK_N, num_warps, one_pass)`` for the forward: :func:`row_config`, one pass whenever
+    the row fits a block, except rows of exactly 4096 with at least ``MANY_ROWS`` rows, where two
+    passes measured faster on the H200 (16-bit: blocks of 2048, 8 warps; float32: the whole row,
+    16 warps, re-read from L2). Few rows (decode) keep one pass."""
+    block_n, num_warps = row_config(N, dtype)
     if M >= MANY_ROWS and N == 4096 and block_n == 4096:
         if dtype.itemsize == 2:
             return 2048, 8, False
@@ -280,43 +291,40 @@ def _fwd_config(M: int, N: int, dtype: torch.dtype) -> tuple[int, int, bool]:
     return block_n, num_warps, N <= block_n
 
 
-BWD_PIPELINE_STAGES = 3
-"""Rows of x and dy in flight per backward program when the loop is software-pipelined."""
-
-BWD_PIPELINE_MAX_ROW_BYTES = 16 * 1024
-"""Pipeline only rows up to this size: 3 stages x (x + dy) x 16 KB = 96 KB of shared memory,
-within an A100's 164 KB and an H100/H200's 228 KB. On the H200 (2026-11-29 sweep, bf16 rows of
-16 KB) the pipelined loop moved the backward from 0.75 to 0.90 of copy bandwidth at 32768x8192;
-float32 rows of 32 KB gained nothing and stay unpipelined."""
+def bwd_shared_bytes(block_n: int, itemsize: int, stages: int) -> int:
+    """Upper bound of the shared memory one backward program uses: a pipelined loop keeps
+    ``stages`` row blocks of x and of dy in flight; an unpipelined one keeps none."""
+    buffers = stages * 2 * block_n * itemsize if stages > 1 else 0
+    return buffers + BWD_SHARED_SLACK_BYTES
 
 
-def _bwd_stages(block_n: int, dtype: torch.dtype, device: torch.device) -> int:
-    """Pipelining depth for the backward's row loop: 3 on Ampere and newer for rows up to 16 KB,
-    else 1 (no pipelining: the T4's 64 KB of shared memory, the interpreter, long rows)."""
+def bwd_stages(block_n: int, dtype: torch.dtype, device: torch.device) -> int:
+    """Pipelining depth of the backward's row loop: the deepest of 3, 2 whose buffers fit the
+    device's shared memory per block (read from the driver, :func:`runtime.shared_memory_per_block`),
+    for row blocks up to ``BWD_PIPELINE_MAX_ROW_BYTES``; else 1 (no pipelining). Pipelining needs
+    asynchronous copies (``cp.async``, compute capability 8.0 and newer); the interpreter has no
+    pipeline."""
     if device.type != "cuda" or runtime.interpreting():
         return 1
     capability = runtime.device_capability(device)
-    if capability is None or capability < (8, 0):
+    if capability is None or capability < (8, 0) or block_n * dtype.itemsize > BWD_PIPELINE_MAX_ROW_BYTES:
         return 1
-    return BWD_PIPELINE_STAGES if block_n * dtype.itemsize <= BWD_PIPELINE_MAX_ROW_BYTES else 1
+    limit = runtime.shared_memory_per_block(device)
+    for stages in range(BWD_PIPELINE_STAGES, 1, -1):
+        if limit is not None and bwd_shared_bytes(block_n, dtype.itemsize, stages) <= limit:
+            return stages
+    return 1
 
 
-def _bwd_programs_per_sm(row_bytes: int, stages: int) -> int:
+def bwd_programs_per_sm(row_bytes: int, stages: int) -> int:
     """Backward programs per SM for the pipelined loop, by the bytes of one row block (the row
-    padded to ``BLOCK_N``, which is also what each pipeline stage holds in shared memory): 1 for
-    blocks of 16 KB, 2 for 8 KB, 3 below. Measured on the H200 (``benchmarks/experiments``, ``rmsnorm-bwd-programs``,
-    kernel plus partial sum, CUDA-graph time): rows of 8 KB went from 0.59-0.77 to 0.67-0.88 of
-    copy bandwidth with two programs (five shapes, three dtypes), rows of 4 KB from 0.52-0.58 to
-    0.74-0.90 with three; rows of 16 and 32 KB lost 4-12% with a second program. With one program
-    per SM, a single program's pipelined loads cannot keep enough bytes in flight for short rows.
-    The unpipelined loop (``stages == 1``: T4, long rows, the interpreter) keeps one per SM, as
-    before (not measured)."""
+    padded to ``BLOCK_N``): 1 for 16 KB and more, 2 for 8 KB, 3 below; 1 unpipelined."""
     if stages == 1 or row_bytes >= 16 * 1024:
         return 1
     return 2 if row_bytes >= 8 * 1024 else 3
 
 
-def _bwd_grid(M: int, device: torch.device, programs_per_sm: int = 1) -> tuple[int, int]:
+def bwd_grid(M: int, device: torch.device, programs_per_sm: int = 1) -> tuple[int, int]:
     """``(programs, rows_per_program)`` for the backward: ``programs_per_sm`` programs per SM on a
     GPU (each walks a contiguous block of rows), a few in the interpreter."""
     if device.type == "cuda" and not runtime.interpreting():
@@ -324,19 +332,14 @@ def _bwd_grid(M: int, device: torch.device, programs_per_sm: int = 1) -> tuple[i
         target = runtime.sm_count(index) * programs_per_sm
     else:
         target = INTERPRETER_BWD_PROGRAMS
-    # Ceil division in plain ints: this runs on every backward, and triton.cdiv is a
-    # constexpr_function whose call costs ~2 µs of Python (measured on the CPU machine, triton 3.9).
+    # Ceil division in plain ints (triton.cdiv is a constexpr_function: ~2 µs of Python a call).
     rows_per_program = -(-M // max(1, min(M, target)))
     return -(-M // rows_per_program), rows_per_program
 
 
 # ----------------------------------------------------------------------------------------------
-# Launchers
+# Launchers: each kernel is launched as kernel[grid](...) right here
 # ----------------------------------------------------------------------------------------------
-
-
-_launch_fwd = CachedLauncher(_rms_norm_fwd_kernel)
-_launch_bwd = CachedLauncher(_rms_norm_bwd_kernel)
 
 
 def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -349,30 +352,44 @@ def _as_rows(t: torch.Tensor, N: int) -> torch.Tensor:
     if N > 1 and t.stride(-1) != 1:
         t = t.contiguous()  # e.g. a transposed view: the kernels need unit stride along a row
     if t.dim() == 2:
-        return t  # already rows (skipping reshape saves host time on every call)
+        return t
     return t.reshape(-1, N)  # a view unless the leading dims cannot share one row stride
+
+
+def split_eps(eps: float) -> tuple[float, float]:
+    """``(hi, lo)`` with ``hi`` = eps rounded to float32 and ``lo = eps - hi``: two float32
+    kernel arguments whose sum in float64 is eps to 48 bits (see the module docstring)."""
+    hi = struct.unpack("f", struct.pack("f", eps))[0]
+    return hi, eps - hi
+
+
+def out_dtype(x_dtype: torch.dtype, weight_dtype: torch.dtype) -> torch.dtype:
+    """The output dtype: ``weight * normalized.to(x.dtype)`` promotes as in Hugging Face."""
+    return x_dtype if x_dtype == weight_dtype else torch.promote_types(x_dtype, weight_dtype)
 
 
 def rms_norm_fwd(
     x: torch.Tensor, weight: torch.Tensor, eps: float, *, save_rstd: bool = True
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Launch the forward kernel. Returns ``(y, rstd)``: y contiguous in x's shape, rstd ``[M]``
-    (``None`` with ``save_rstd=False``: inference needs no rstd, so none is allocated or stored)."""
+    """Launch the forward kernel. Returns ``(y, rstd)``: y a new contiguous tensor of x's shape,
+    rstd ``[M]`` (``None`` with ``save_rstd=False``: inference allocates and stores none)."""
     N = x.shape[-1]
     x_rows = _as_rows(x, N)  # [M, N]
     weight = weight.contiguous()  # [N]; a copy only for a strided weight view
     M = x_rows.shape[0]
-    dtype = x.dtype
-    y = _empty(M, N, dtype=dtype, device=x.device)  # [M, N]
-    rstd = _empty(M, dtype=acc_torch_dtype(dtype), device=x.device) if save_rstd else None  # [M]
-    block_n, num_warps, one_pass = _fwd_config(M, N, dtype)
-    _launch_fwd((M,),
-        x_rows, weight, y, rstd if save_rstd else y,  # without rstd the pointer is never touched
-        x_rows.stride(0), y.stride(0), N, float(eps),
-        BLOCK_N=block_n, ROW_FITS=one_pass, ACC_DTYPE=acc_dtype(dtype),
-        ROUND_BF16=round_bf16_by_hand(dtype), STORE_RSTD=save_rstd, num_warps=num_warps,
+    y = _empty(*x.shape, dtype=out_dtype(x.dtype, weight.dtype), device=x.device)  # x's shape, owns its storage
+    y_rows = y.view(M, N)  # [M, N]
+    rstd = _empty(M, dtype=acc_torch_dtype(x.dtype), device=x.device) if save_rstd else None  # [M]
+    block_n, num_warps, one_pass = fwd_config(M, N, x.dtype)
+    eps_hi, eps_lo = split_eps(eps)
+    _rms_norm_fwd_kernel[(M,)](
+        x_rows, weight, y_rows, rstd if save_rstd else y_rows,  # without rstd the pointer is never touched
+        x_rows.stride(0), y_rows.stride(0), N, eps_hi, eps_lo,
+        BLOCK_N=block_n, ROW_FITS=one_pass, ACC_DTYPE=acc_dtype(x.dtype),
+        ROUND_BF16=round_bf16_by_hand(x.dtype), STORE_RSTD=save_rstd,
+        num_warps=num_warps,
     )  # fmt: skip
-    return (y if x.dim() == 2 else y.view(x.shape)), rstd
+    return y, rstd
 
 
 def rms_norm_bwd(
@@ -384,7 +401,8 @@ def rms_norm_bwd(
     compute_dx: bool = True,
     compute_dweight: bool = True,
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """Launch the backward kernel. Returns ``(dx, dweight)`` (``None`` for a gradient not asked)."""
+    """Launch the backward kernel. Returns ``(dx, dweight)`` (``None`` for a gradient not asked):
+    dx in x's dtype and shape, dweight in weight's dtype."""
     N = x.shape[-1]
     x_rows = _as_rows(x, N)  # [M, N]
     dy_rows = _as_rows(dy, N)  # [M, N]; a copy when dy is not row-major (e.g. expanded)
@@ -392,62 +410,168 @@ def rms_norm_bwd(
     M = x_rows.shape[0]
     device = x.device
     acc = acc_torch_dtype(x.dtype)
-    block_n, num_warps = _row_config(N, x.dtype, backward=True)
+    block_n, num_warps = row_config(N, x.dtype, backward=True)
     row_fits = N <= block_n
-    stages = _bwd_stages(block_n, x.dtype, device) if row_fits else 1
-    programs, rows_per_program = _bwd_grid(M, device, _bwd_programs_per_sm(block_n * x.element_size(), stages))
-    dx = _empty(M, N, dtype=x.dtype, device=device) if compute_dx else None  # [M, N]
+    stages = bwd_stages(block_n, x.dtype, device) if row_fits else 1
+    programs, rows_per_program = bwd_grid(M, device, bwd_programs_per_sm(block_n * x.element_size(), stages))
+    dx = _empty(*x.shape, dtype=x.dtype, device=device) if compute_dx else None  # x's shape, owns its storage
     dw_partial = None
     if compute_dweight:  # [programs, N]; long rows accumulate into it, so it starts at zero
         dw_partial = _empty(programs, N, dtype=acc, device=device) if row_fits else torch.zeros(programs, N, dtype=acc, device=device)
-    _launch_bwd((programs,),
-        dy_rows, x_rows, weight, rstd,
-        dx if dx is not None else dy_rows,  # placeholder pointers are never touched
+    dx_rows = dx.view(M, N) if dx is not None else dy_rows  # placeholder pointers are never touched
+    _rms_norm_bwd_kernel[(programs,)](
+        dy_rows, x_rows, weight, rstd, dx_rows,
         dw_partial if dw_partial is not None else rstd,
-        dy_rows.stride(0), x_rows.stride(0), N,
+        dy_rows.stride(0), x_rows.stride(0), dx_rows.stride(0),
         M, N, rows_per_program,
         BLOCK_N=block_n, ROW_FITS=row_fits, ACC_DTYPE=acc_dtype(x.dtype),
         COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dweight, ROUND_BF16=round_bf16_by_hand(x.dtype),
         STAGES=stages, num_warps=num_warps,
     )  # fmt: skip
     dweight = dw_partial.sum(0).to(weight.dtype) if dw_partial is not None else None  # [N]
-    if dx is not None and x.dim() != 2:
-        dx = dx.view(x.shape)  # (a 2-D x is already rows: skipping the view saves host time)
     return dx, dweight
 
 
 # ----------------------------------------------------------------------------------------------
-# Autograd and the public function
+# Routing: kernel or reference, decided and recorded per call (runtime.dispatch)
+# ----------------------------------------------------------------------------------------------
+
+OP = "rms_norm"
+BACKWARD_OP = "rms_norm_backward"
+"""The names :func:`tritonforge.last_path` knows: the forward, and the backward of a training call."""
+
+
+def _forward_routed(x: torch.Tensor, weight: torch.Tensor, eps: float, save_rstd: bool):
+    """``(y, rstd)`` from the kernel, or from the reference when the router falls back."""
+    if x.numel() == 0:  # nothing to launch (an operator called directly with an empty x)
+        runtime.record_empty(OP)
+        return rms_norm_ref(x, weight, eps).contiguous(), (rms_norm_rstd_ref(x, eps) if save_rstd else None)
+
+    def reference():
+        y = rms_norm_ref(x, weight, eps).contiguous()
+        return y, (rms_norm_rstd_ref(x, eps) if save_rstd else None)
+
+    return runtime.dispatch(
+        OP, device=x.device, dtype=x.dtype,
+        kernel=lambda: rms_norm_fwd(x, weight, eps, save_rstd=save_rstd),
+        reference=reference,
+    )  # fmt: skip
+
+
+def _backward_routed(dy, x, weight, rstd, eps: float, need_dx: bool, need_dweight: bool):
+    """``(dx, dweight)`` from the backward kernel, or from the reference backward (routed like
+    the forward: warned once, recorded, an error in strict mode)."""
+    if x.numel() == 0:
+        runtime.record_empty(BACKWARD_OP)
+        return (torch.zeros_like(x) if need_dx else None), (torch.zeros_like(weight) if need_dweight else None)
+
+    def reference():
+        dx, dweight = rms_norm_bwd_ref(dy, x, weight, eps)
+        return (dx if need_dx else None), (dweight if need_dweight else None)
+
+    return runtime.dispatch(
+        BACKWARD_OP, device=x.device, dtype=x.dtype,
+        kernel=lambda: rms_norm_bwd(dy, x, weight, rstd, compute_dx=need_dx, compute_dweight=need_dweight),
+        reference=reference,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# The PyTorch operators (torch.library): what torch.compile, CUDA graphs and autograd see
 # ----------------------------------------------------------------------------------------------
 
 
-class RMSNormFunction(torch.autograd.Function):
-    """Autograd glue: saves ``x``, ``weight`` and the per-row ``rstd``; the backward is one kernel
-    plus a ``.sum(0)`` over the per-program ``dw`` partials. Not twice differentiable."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        y, rstd = rms_norm_fwd(x, weight, eps)
-        ctx.save_for_backward(x, weight, rstd)
-        return y
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, dy: torch.Tensor):
-        x, weight, rstd = ctx.saved_tensors
-        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        if not (need_dx or need_dw):
-            return None, None, None
-        dx, dweight = rms_norm_bwd(dy, x, weight, rstd, compute_dx=need_dx, compute_dweight=need_dw)
-        return dx, dweight, None
+@torch.library.custom_op("tritonforge::rms_norm", mutates_args=())
+def rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Inference forward (no rstd), routed. Not differentiable: :func:`rms_norm` calls
+    :func:`rms_norm_train_op` when a gradient can be asked for."""
+    return _forward_routed(x, weight, eps, save_rstd=False)[0]
 
 
-def _rms_norm_kernel_path(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Through autograd only when a gradient can be asked for: the ``autograd.Function`` costs
-    ~15 µs of host time per call, more than a decode-sized kernel runs on the GPU."""
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return RMSNormFunction.apply(x, weight, eps)
-    return rms_norm_fwd(x, weight, eps, save_rstd=False)[0]
+@rms_norm_op.register_fake
+def _(x, weight, eps):
+    return x.new_empty(x.shape, dtype=out_dtype(x.dtype, weight.dtype))
+
+
+@torch.library.custom_op("tritonforge::rms_norm_train", mutates_args=())
+def rms_norm_train_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training forward, routed: ``(y, rstd)``, rstd ``[M]`` kept for the backward."""
+    y, rstd = _forward_routed(x, weight, eps, save_rstd=True)
+    return y, rstd
+
+
+@rms_norm_train_op.register_fake
+def _(x, weight, eps):
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    return x.new_empty(x.shape, dtype=out_dtype(x.dtype, weight.dtype)), x.new_empty(rows, dtype=acc_torch_dtype(x.dtype))
+
+
+@torch.library.custom_op("tritonforge::rms_norm_backward", mutates_args=())
+def rms_norm_backward_op(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, eps: float, need_dx: bool, need_dweight: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backward, routed: ``(dx, dweight)``; a gradient not asked for is an empty tensor
+    (an operator's outputs cannot be None)."""
+    dx, dweight = _backward_routed(dy, x, weight, rstd, eps, need_dx, need_dweight)
+    return (dx if dx is not None else x.new_empty(0)), (dweight if dweight is not None else weight.new_empty(0))
+
+
+@rms_norm_backward_op.register_fake
+def _(dy, x, weight, rstd, eps, need_dx, need_dweight):
+    return (x.new_empty(x.shape if need_dx else (0,))), weight.new_empty(weight.shape if need_dweight else (0,))
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, eps = inputs
+    _, rstd = output
+    ctx.save_for_backward(x, weight, rstd)
+    ctx.eps = eps
+    ctx.mark_non_differentiable(rstd)
+
+
+def _backward(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    need_dx, need_dweight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if not (need_dx or need_dweight):
+        return None, None, None
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        # create_graph=True (a Hessian, a gradient penalty): the gradient must itself be
+        # differentiable, so it is computed by the reference backward, whose PyTorch ops autograd
+        # records (rstd recomputed from x inside the graph). A routed fallback, never zeros.
+        dx, dweight = runtime.dispatch_reference(
+            BACKWARD_OP, "autograd", "create_graph=True: the backward kernel is not differentiable; "
+            "the PyTorch reference backward is, so double backward is exact",
+            lambda: rms_norm_bwd_ref(dy, x, weight, ctx.eps),
+        )  # fmt: skip
+        return (dx if need_dx else None), (dweight if need_dweight else None), None
+    dx, dweight = rms_norm_backward_op(dy, x, weight, rstd, ctx.eps, need_dx, need_dweight)
+    return (dx if need_dx else None), (dweight if need_dweight else None), None
+
+
+rms_norm_train_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _vmap_rule(info, in_dims, x, weight, eps):
+    """``vmap`` over any batch dimension: the op is row-wise over the last dimension, so the
+    batch dimension moves to the front and becomes one more leading dimension. A batched weight
+    (one weight per batch element) normalizes with a weight of ones, which returns the rounded
+    normalized row exactly, then scales it the way Hugging Face does (``weight * normalized``)."""
+    x_dim, w_dim, _ = in_dims
+    x = x.movedim(x_dim, 0) if x_dim is not None else x
+    if w_dim is None:
+        return rms_norm_op(x, weight, eps), (0 if x_dim is not None else None)
+    weight = weight.movedim(w_dim, 0)  # [B, N]
+    normalized = rms_norm_op(x, torch.ones(x.shape[-1], dtype=x.dtype, device=x.device), eps)
+    leading = normalized.dim() - (2 if x_dim is not None else 1)
+    return weight.view(weight.shape[0], *([1] * leading), weight.shape[-1]) * normalized, 0
+
+
+rms_norm_op.register_vmap(_vmap_rule)
+
+
+# ----------------------------------------------------------------------------------------------
+# The public function
+# ----------------------------------------------------------------------------------------------
 
 
 def _check_eps(eps: object) -> float:
@@ -461,38 +585,57 @@ def _check_eps(eps: object) -> float:
     return eps
 
 
+def _check_inputs(x: object, weight: object, eps: object) -> float:
+    runtime.check_tensor("x", x, dtypes=RMS_NORM_DTYPES, ndim_min=1)
+    runtime.check_tensor("weight", weight, dtypes=RMS_NORM_DTYPES)
+    if weight.dim() != 1:
+        raise ValueError(f"weight must be 1-D with x.shape[-1] = {x.shape[-1]} elements, got shape {tuple(weight.shape)}")
+    runtime.check_same_device(x=x, weight=weight)
+    if weight.dtype != x.dtype and not (weight.dtype == torch.float32 and x.dtype in (torch.float16, torch.bfloat16)):
+        raise TypeError(
+            f"weight has dtype {str(weight.dtype).replace('torch.', '')} but x has {str(x.dtype).replace('torch.', '')}; "
+            "weight must have x's dtype, or be float32 beside a float16/bfloat16 x (the output is then float32)"
+        )
+    if weight.shape[0] != x.shape[-1]:
+        raise ValueError(f"weight has {weight.shape[0]} elements but x.shape[-1] is {x.shape[-1]}; they must match")
+    return _check_eps(eps)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Root-mean-square normalization over the last dimension, then a per-channel scale.
 
     ``y = weight * (x / sqrt(mean(x**2, -1) + eps)).to(x.dtype)`` with the Hugging Face Llama
     casting (normalize in float32, or float64 for float64 inputs; round to ``x.dtype``; then
-    multiply by ``weight``). Differentiable with respect to ``x`` and ``weight``.
+    multiply by ``weight``). Differentiable with respect to ``x`` and ``weight``, twice too (the
+    second derivative through the PyTorch reference), and usable under ``torch.compile``
+    (``fullgraph=True``), CUDA graphs and ``torch.func.vmap`` through the kernels. Forward-mode
+    AD and ``torch.func.grad``/``jvp`` take the PyTorch reference (a routed fallback).
 
     Args:
         x: float16, bfloat16, float32 or float64 tensor ``[..., N]``, any leading shape. Rows may
             be strided; a last dimension without unit stride (a transposed view) is copied.
-        weight: ``[N]`` tensor with x's dtype and device.
+        weight: ``[N]`` tensor on x's device, with x's dtype, or float32 beside a 16-bit x.
         eps: a finite real number >= 0 added to the mean square (in the accumulator dtype).
 
     Returns:
-        A new contiguous tensor with x's shape and dtype. ``tfg.last_path("rms_norm")`` tells
-        which path computed it.
+        A new contiguous tensor with x's shape (which owns its storage), in x's dtype, or float32
+        for a float32 weight. ``tfg.last_path("rms_norm")`` tells which path computed it, and
+        ``tfg.last_path("rms_norm_backward")`` which path computed the latest backward.
     """
-    runtime.check_tensor("x", x, dtypes=RMS_NORM_DTYPES, ndim_min=1)
-    runtime.check_tensor("weight", weight, dtypes=RMS_NORM_DTYPES)
-    if weight.dim() != 1:
-        raise ValueError(f"weight must be 1-D with x.shape[-1] = {x.shape[-1]} elements, got shape {tuple(weight.shape)}")
-    device = runtime.check_same_device(x=x, weight=weight)
-    runtime.check_same_dtype(x=x, weight=weight)
-    if weight.shape[0] != x.shape[-1]:
-        raise ValueError(f"weight has {weight.shape[0]} elements but x.shape[-1] is {x.shape[-1]}; they must match")
-    eps = _check_eps(eps)
+    eps = _check_inputs(x, weight, eps)
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    if torch.compiler.is_compiling():  # traced by Dynamo: the graph holds the operator
+        return rms_norm_train_op(x, weight, eps)[0] if needs_grad else rms_norm_op(x, weight, eps)
     if x.numel() == 0:  # nothing to launch: the reference gives the empty (differentiable) answer
+        runtime.record_empty(OP)
         return rms_norm_ref(x, weight, eps).contiguous()
-    return runtime.dispatch(
-        "rms_norm",
-        device=device,
-        kernel=lambda: _rms_norm_kernel_path(x, weight, eps),
-        reference=lambda: rms_norm_ref(x, weight, eps).contiguous(),
-        dtype=x.dtype,
-    )
+    mode = runtime.autograd_mode_unsupported(x, weight, vmap_ok=not needs_grad)
+    if mode is not None:
+        return runtime.dispatch_reference(OP, "autograd", mode, lambda: rms_norm_ref(x, weight, eps).contiguous())
+    if needs_grad:
+        return rms_norm_train_op(x, weight, eps)[0]
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        return rms_norm_op(x, weight, eps)  # vmap: the operator's vmap rule
+    # Eager inference skips the operator's dispatcher (~10 µs of host time a call, longer than a
+    # decode-sized kernel runs on the GPU) and calls what the operator's body calls.
+    return _forward_routed(x, weight, eps, save_rstd=False)[0]
