@@ -1,0 +1,176 @@
+"""Exercises 2a and 2b's checks (tritonforge.exercise.ch02) catch wrong kernels: they fail on the
+shipped stubs and on planted mistakes (a stride ignored, a mask forgotten, zero in a max), pass on
+the reference solutions, and name the mistake."""
+
+from __future__ import annotations
+
+import pytest
+
+import tritonforge  # noqa: F401  (before triton: the interpreter flag)
+import triton
+import triton.language as tl
+
+from tritonforge import exercise
+
+from . import notebooks
+
+
+# Planted wrong answers: the mistakes a learner is most likely to make ---------------------------
+
+
+@triton.jit
+def bias_relu_ignores_stride_xn(
+    x_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask).to(tl.float32)  # forgot stride_xn
+    bias = tl.load(bias_ptr + cols, mask=cols < N).to(tl.float32)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, tl.maximum(x + bias[None, :], 0.0), mask=mask)
+
+
+@triton.jit
+def bias_relu_assumes_contiguous_out(
+    x_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask).to(tl.float32)
+    bias = tl.load(bias_ptr + cols, mask=cols < N).to(tl.float32)
+    tl.store(out_ptr + rows[:, None] * N + cols[None, :], tl.maximum(x + bias[None, :], 0.0), mask=mask)  # out as [M, N] contiguous
+
+
+@triton.jit
+def bias_relu_bias_by_row(
+    x_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask).to(tl.float32)
+    bias = tl.load(bias_ptr + rows, mask=rows < M).to(tl.float32)  # bias broadcast the wrong way
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, tl.maximum(x + bias[:, None], 0.0), mask=mask)
+
+
+@triton.jit
+def bias_relu_unmasked_store(
+    x_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask).to(tl.float32)
+    bias = tl.load(bias_ptr + cols, mask=cols < N).to(tl.float32)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, tl.maximum(x + bias[None, :], 0.0))  # no mask
+
+
+@triton.jit
+def row_max_other_zero(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.full([BLOCK_N], float("-inf"), tl.float32)
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(x_ptr + row * stride_xm + start + cols, mask=start + cols < N, other=0.0).to(tl.float32)  # 0 joins the max
+        acc = tl.maximum(acc, x)
+    tl.store(out_ptr + row, tl.max(acc, axis=0))
+
+
+@triton.jit
+def row_max_zero_init(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], tl.float32)  # 0 is not the identity of max
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(x_ptr + row * stride_xm + start + cols, mask=start + cols < N, other=float("-inf")).to(tl.float32)
+        acc = tl.maximum(acc, x)
+    tl.store(out_ptr + row, tl.max(acc, axis=0))
+
+
+@triton.jit
+def row_max_mean_instead(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    for start in range(0, N, BLOCK_N):
+        acc += tl.load(x_ptr + row * stride_xm + start + cols, mask=start + cols < N, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row, tl.sum(acc, axis=0) / N)
+
+
+@triton.jit
+def row_max_first_block_only(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=float("-inf")).to(tl.float32)  # no loop
+    tl.store(out_ptr + row, tl.max(x, axis=0))
+
+
+@triton.jit
+def row_max_off_by_one_mask(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.full([BLOCK_N], float("-inf"), tl.float32)
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(x_ptr + row * stride_xm + start + cols, mask=start + cols < N - 1, other=float("-inf")).to(tl.float32)
+        acc = tl.maximum(acc, x)
+    tl.store(out_ptr + row, tl.max(acc, axis=0))
+
+
+
+TABLE = {
+    # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
+    "ex02a_bias_relu_2d": (
+        "bias_relu_2d_kernel",
+        exercise.check_bias_relu_2d,
+        [bias_relu_ignores_stride_xn, bias_relu_assumes_contiguous_out, bias_relu_bias_by_row, bias_relu_unmasked_store],
+    ),
+    "ex02b_row_max": (
+        "row_max_kernel",
+        exercise.check_row_max,
+        [row_max_other_zero, row_max_zero_init, row_max_mean_instead, row_max_first_block_only, row_max_off_by_one_mask],
+    ),
+}
+STEMS = sorted(TABLE)
+PLANTED = [(stem, wrong) for stem in STEMS for wrong in TABLE[stem][2]]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_notebook_has_one_stub_and_a_check_of_it(stem):
+    name, check, _ = TABLE[stem]
+    notebooks.assert_notebook_has_one_stub_and_a_check_of_it(stem, name, check)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_check_fails_every_case_on_the_shipped_stub(stem, tmp_path):
+    name, check, _ = TABLE[stem]
+    notebooks.assert_check_fails_every_case_on_the_shipped_stub(stem, name, check, tmp_path)
+
+
+@pytest.mark.parametrize("stem, wrong", PLANTED, ids=[f"{s}-{w.__name__}" for s, w in PLANTED])
+def test_check_fails_on_a_planted_wrong_answer(stem, wrong):
+    _, check, _ = TABLE[stem]
+    report = check(wrong)
+    assert not report.passed, f"{wrong.__name__} passed:\n{report}"
+
+
+@pytest.mark.parametrize("seed", [0, 1, None])
+@pytest.mark.parametrize("stem", STEMS)
+def test_check_passes_on_the_reference_solution(stem, seed):
+    name, check, _ = TABLE[stem]
+    check(notebooks.solution(stem, name), seed=seed).assert_passed()
+
+
+def test_specific_failure_messages():
+    """The verdicts name the mistake: a missing mask, a zero in a max."""
+    unmasked = exercise.check_bias_relu_2d(bias_relu_unmasked_store)
+    assert any("outside the output" in r.detail for r in unmasked.rows)
+    zero = exercise.check_row_max(row_max_zero_init)
+    assert any("got 0," in r.detail for r in zero.rows if not r.passed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stem", STEMS)
+def test_gpu_kernel_checks_on_compiled_kernels(stem, tmp_path):
+    name, check, planted = TABLE[stem]
+    notebooks.assert_gpu_checks_on_compiled_kernels(stem, name, check, planted, tmp_path)

@@ -1,0 +1,318 @@
+"""Exercises 3a and 3b's checks (tritonforge.exercise.ch03) catch wrong kernels: LayerNorm's
+variance computed the unstable way or over the masked lanes, and a fused add + RMSNorm that rounds
+in the wrong order or truncates; each fails the check, the reference solutions pass."""
+
+from __future__ import annotations
+
+import pytest
+
+import tritonforge  # noqa: F401  (before triton: the interpreter flag)
+import tritonforge.runtime
+import triton
+import triton.language as tl
+
+from tritonforge import exercise
+from tritonforge.kernel_utils import cast_for_store
+
+from . import notebooks
+
+
+# Exercise 3a: LayerNorm forward ---------------------------------------------------------------
+
+
+@triton.jit
+def layer_norm_naive_variance(x_ptr, w_ptr, b_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    var = tl.sum(x * x, axis=0) / N - mean * mean  # E[x²] − mean²: cancels when the mean is large
+    rstd = 1.0 / tl.sqrt(var + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, (x - mean) * rstd * w + b, mask=mask)
+
+
+@triton.jit
+def layer_norm_unmasked_centering(x_ptr, w_ptr, b_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    centered = x - mean  # the masked lanes become -mean and join the variance
+    var = tl.sum(centered * centered, axis=0) / N
+    rstd = 1.0 / tl.sqrt(var + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, centered * rstd * w + b, mask=mask)
+
+
+@triton.jit
+def layer_norm_unbiased_variance(x_ptr, w_ptr, b_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    centered = tl.where(mask, x - mean, 0.0)
+    var = tl.sum(centered * centered, axis=0) / (N - 1)  # torch.var's default, not LayerNorm's
+    rstd = 1.0 / tl.sqrt(var + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, centered * rstd * w + b, mask=mask)
+
+
+@triton.jit
+def layer_norm_divides_by_block(x_ptr, w_ptr, b_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / BLOCK_N  # BLOCK_N, not N
+    centered = tl.where(mask, x - mean, 0.0)
+    var = tl.sum(centered * centered, axis=0) / BLOCK_N
+    rstd = 1.0 / tl.sqrt(var + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, centered * rstd * w + b, mask=mask)
+
+
+@triton.jit
+def layer_norm_forgets_eps(x_ptr, w_ptr, b_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    centered = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, axis=0) / N)  # no eps
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, centered * rstd * w + b, mask=mask)
+
+
+@triton.jit
+def layer_norm_bias_before_weight(x_ptr, w_ptr, b_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    centered = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, (centered * rstd + b) * w, mask=mask)  # (x̂ + b)·w
+
+
+@triton.jit
+def layer_norm_ignores_row_stride(x_ptr, w_ptr, b_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)  # rows assumed N apart
+    mean = tl.sum(x, axis=0) / N
+    centered = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, centered * rstd * w + b, mask=mask)
+
+
+# Exercise 3b: fused residual add + RMSNorm ----------------------------------------------------
+
+
+@triton.jit
+def fused_add_normalizes_unrounded_h(
+    x_ptr, residual_ptr, w_ptr, h_ptr, y_ptr, x_row_stride, residual_row_stride, h_row_stride, y_row_stride,
+    N, eps, BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    residual = tl.load(residual_ptr + row * residual_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    h = x + residual  # float32: the norm sees the sum before it is rounded to the input dtype
+    tl.store(h_ptr + row * h_row_stride + cols, cast_for_store(h, h_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+    rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    x_hat = cast_for_store(h * rstd, y_ptr.dtype.element_ty, ROUND_BF16).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+@triton.jit
+def fused_add_rounds_once(
+    x_ptr, residual_ptr, w_ptr, h_ptr, y_ptr, x_row_stride, residual_row_stride, h_row_stride, y_row_stride,
+    N, eps, BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    residual = tl.load(residual_ptr + row * residual_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    h = cast_for_store(x + residual, h_ptr.dtype.element_ty, ROUND_BF16)
+    tl.store(h_ptr + row * h_row_stride + cols, h, mask=mask)
+    h = h.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    y = h * rstd * w  # x̂ not rounded before the multiply by w: one rounding, not Hugging Face's two
+    tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+@triton.jit
+def fused_add_truncating_casts(
+    x_ptr, residual_ptr, w_ptr, h_ptr, y_ptr, x_row_stride, residual_row_stride, h_row_stride, y_row_stride,
+    N, eps, BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr,
+):  # fmt: skip
+    """Right on a GPU; in the interpreter ``.to(tl.bfloat16)`` truncates instead of rounding."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    residual = tl.load(residual_ptr + row * residual_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    h = (x + residual).to(h_ptr.dtype.element_ty)
+    tl.store(h_ptr + row * h_row_stride + cols, h, mask=mask)
+    h = h.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    x_hat = (h * rstd).to(y_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, (x_hat * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_add_normalizes_x(
+    x_ptr, residual_ptr, w_ptr, h_ptr, y_ptr, x_row_stride, residual_row_stride, h_row_stride, y_row_stride,
+    N, eps, BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    residual = tl.load(residual_ptr + row * residual_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    h = cast_for_store(x + residual, h_ptr.dtype.element_ty, ROUND_BF16)
+    tl.store(h_ptr + row * h_row_stride + cols, h, mask=mask)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)  # the norm of x, not of x + residual
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    x_hat = cast_for_store(x * rstd, y_ptr.dtype.element_ty, ROUND_BF16).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+@triton.jit
+def fused_add_forgets_h(
+    x_ptr, residual_ptr, w_ptr, h_ptr, y_ptr, x_row_stride, residual_row_stride, h_row_stride, y_row_stride,
+    N, eps, BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    residual = tl.load(residual_ptr + row * residual_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    h = cast_for_store(x + residual, h_ptr.dtype.element_ty, ROUND_BF16).to(tl.float32)  # never stored
+    rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    x_hat = cast_for_store(h * rstd, y_ptr.dtype.element_ty, ROUND_BF16).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+@triton.jit
+def fused_add_one_row_stride(
+    x_ptr, residual_ptr, w_ptr, h_ptr, y_ptr, x_row_stride, residual_row_stride, h_row_stride, y_row_stride,
+    N, eps, BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    residual = tl.load(residual_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)  # x's stride
+    h = cast_for_store(x + residual, h_ptr.dtype.element_ty, ROUND_BF16)
+    tl.store(h_ptr + row * h_row_stride + cols, h, mask=mask)
+    h = h.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    x_hat = cast_for_store(h * rstd, y_ptr.dtype.element_ty, ROUND_BF16).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+
+INTERPRETER_ONLY_MISTAKES = {fused_add_truncating_casts}  # right on a GPU, where .to() rounds to nearest
+
+TABLE = {
+    # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
+    "ex03a_layer_norm_forward": (
+        "layer_norm_fwd_kernel",
+        exercise.check_layer_norm_fwd,
+        [
+            layer_norm_naive_variance,
+            layer_norm_unmasked_centering,
+            layer_norm_unbiased_variance,
+            layer_norm_divides_by_block,
+            layer_norm_forgets_eps,
+            layer_norm_bias_before_weight,
+            layer_norm_ignores_row_stride,
+        ],
+    ),
+    "ex03b_fused_add_rms_norm": (
+        "fused_add_rms_norm_kernel",
+        exercise.check_fused_add_rms_norm,
+        [
+            fused_add_normalizes_unrounded_h,
+            fused_add_rounds_once,
+            fused_add_truncating_casts,
+            fused_add_normalizes_x,
+            fused_add_forgets_h,
+            fused_add_one_row_stride,
+        ],
+    ),
+}
+STEMS = sorted(TABLE)
+PLANTED = [(stem, wrong) for stem in STEMS for wrong in TABLE[stem][2]]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_notebook_has_one_stub_and_a_check_of_it(stem):
+    name, check, _ = TABLE[stem]
+    notebooks.assert_notebook_has_one_stub_and_a_check_of_it(stem, name, check)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_check_fails_every_case_on_the_shipped_stub(stem, tmp_path):
+    name, check, _ = TABLE[stem]
+    notebooks.assert_check_fails_every_case_on_the_shipped_stub(stem, name, check, tmp_path)
+
+
+@pytest.mark.parametrize("stem, wrong", PLANTED, ids=[f"{s}-{w.__name__}" for s, w in PLANTED])
+def test_check_fails_on_a_planted_wrong_answer(stem, wrong):
+    if wrong in INTERPRETER_ONLY_MISTAKES and not tritonforge.runtime.interpreting():
+        pytest.skip(f"{wrong.__name__} is only a mistake in the interpreter (a GPU's .to() rounds to nearest)")
+    _, check, _ = TABLE[stem]
+    report = check(wrong)
+    assert not report.passed, f"{wrong.__name__} passed:\n{report}"
+
+
+@pytest.mark.parametrize("seed", [0, 1, None])
+@pytest.mark.parametrize("stem", STEMS)
+def test_check_passes_on_the_reference_solution(stem, seed):
+    name, check, _ = TABLE[stem]
+    check(notebooks.solution(stem, name), seed=seed).assert_passed()
+
+
+def test_chapter_3_failure_messages():
+    """The verdicts of exercises 3a and 3b name the mistake, and only the case that shows it."""
+    naive = exercise.check_layer_norm_fwd(layer_norm_naive_variance)
+    assert [r.case for r in naive.rows if not r.passed] == [r.case for r in naive.rows if "large mean" in r.case]
+    assert "(x − mean)²" in next(r.detail for r in naive.rows if not r.passed)
+    unrounded = exercise.check_fused_add_rms_norm(fused_add_normalizes_unrounded_h)
+    failed = [r for r in unrounded.rows if not r.passed]
+    assert failed and all("float32" not in r.case and "Hugging Face order" in r.detail for r in failed)
+    if tritonforge.runtime.interpreting():  # only the interpreter truncates on .to(bfloat16)
+        truncated = exercise.check_fused_add_rms_norm(fused_add_truncating_casts)
+        assert any("cast_for_store" in r.detail for r in truncated.rows if not r.passed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stem", STEMS)
+def test_gpu_chapter_3_checks_on_compiled_kernels(stem, tmp_path):
+    name, check, planted = TABLE[stem]
+    notebooks.assert_gpu_checks_on_compiled_kernels(stem, name, check, planted, tmp_path, skip=INTERPRETER_ONLY_MISTAKES)

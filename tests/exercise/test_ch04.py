@@ -1,0 +1,191 @@
+"""Exercise 4a's check (tritonforge.exercise.ch04) catches wrong partial sums: a forgotten rstd,
+row groups that overlap, interleave or run past M, programs without rows that store nothing, a
+buffer assumed zeroed; each fails the check, the reference solution passes."""
+
+from __future__ import annotations
+
+import pytest
+
+import tritonforge  # noqa: F401  (before triton: the interpreter flag)
+import triton
+import triton.language as tl
+
+from tritonforge import exercise
+
+from . import notebooks
+
+
+# Exercise 4a: RMSNorm dweight through per-program partial sums -------------------------------
+
+
+@triton.jit
+def dweight_forgets_rstd(
+    dy_ptr, x_ptr, rstd_ptr, partial_ptr, dy_row_stride, x_row_stride, partial_row_stride, M, N, rows_per_program, BLOCK_N: tl.constexpr
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    row_start = pid * rows_per_program
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for row in range(row_start, tl.minimum(row_start + rows_per_program, M)):
+        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        acc += dy * x  # dy * x, not dy * x_hat
+    tl.store(partial_ptr + pid * partial_row_stride + cols, acc, mask=mask)
+
+
+@triton.jit
+def dweight_double_counts_last_group(
+    dy_ptr, x_ptr, rstd_ptr, partial_ptr, dy_row_stride, x_row_stride, partial_row_stride, M, N, rows_per_program, BLOCK_N: tl.constexpr
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    # "every group full, never past M": the last groups slide back and overlap their neighbours
+    row_start = tl.maximum(tl.minimum(pid * rows_per_program, M - rows_per_program), 0)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for row in range(row_start, tl.minimum(row_start + rows_per_program, M)):
+        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        acc += dy * x * tl.load(rstd_ptr + row)
+    tl.store(partial_ptr + pid * partial_row_stride + cols, acc, mask=mask)
+
+
+@triton.jit
+def dweight_interleaved_rows(
+    dy_ptr, x_ptr, rstd_ptr, partial_ptr, dy_row_stride, x_row_stride, partial_row_stride, M, N, rows_per_program, BLOCK_N: tl.constexpr
+):
+    """The right total, but program p sums rows p, p + P, p + 2P, …: not its contiguous group."""
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for row in range(pid, M, tl.num_programs(0)):
+        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        acc += dy * x * tl.load(rstd_ptr + row)
+    tl.store(partial_ptr + pid * partial_row_stride + cols, acc, mask=mask)
+
+
+@triton.jit
+def dweight_inclusive_end(
+    dy_ptr, x_ptr, rstd_ptr, partial_ptr, dy_row_stride, x_row_stride, partial_row_stride, M, N, rows_per_program, BLOCK_N: tl.constexpr
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    row_start = pid * rows_per_program
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for row in range(row_start, tl.minimum(row_start + rows_per_program + 1, M)):  # one row too many
+        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        acc += dy * x * tl.load(rstd_ptr + row)
+    tl.store(partial_ptr + pid * partial_row_stride + cols, acc, mask=mask)
+
+
+@triton.jit
+def dweight_no_clamp_to_m(
+    dy_ptr, x_ptr, rstd_ptr, partial_ptr, dy_row_stride, x_row_stride, partial_row_stride, M, N, rows_per_program, BLOCK_N: tl.constexpr
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    row_start = pid * rows_per_program
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for row in range(row_start, row_start + rows_per_program):  # the last group runs past row M - 1
+        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        acc += dy * x * tl.load(rstd_ptr + row)
+    tl.store(partial_ptr + pid * partial_row_stride + cols, acc, mask=mask)
+
+
+@triton.jit
+def dweight_skips_empty_programs(
+    dy_ptr, x_ptr, rstd_ptr, partial_ptr, dy_row_stride, x_row_stride, partial_row_stride, M, N, rows_per_program, BLOCK_N: tl.constexpr
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    row_start = pid * rows_per_program
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for row in range(row_start, tl.minimum(row_start + rows_per_program, M)):
+        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        acc += dy * x * tl.load(rstd_ptr + row)
+    if row_start < M:  # "nothing to add, nothing to store": the row stays as the buffer left it
+        tl.store(partial_ptr + pid * partial_row_stride + cols, acc, mask=mask)
+
+
+@triton.jit
+def dweight_accumulates_into_buffer(
+    dy_ptr, x_ptr, rstd_ptr, partial_ptr, dy_row_stride, x_row_stride, partial_row_stride, M, N, rows_per_program, BLOCK_N: tl.constexpr
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    row_start = pid * rows_per_program
+    out = partial_ptr + pid * partial_row_stride + cols
+    for row in range(row_start, tl.minimum(row_start + rows_per_program, M)):
+        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(out, tl.load(out, mask=mask) + dy * x * tl.load(rstd_ptr + row), mask=mask)  # assumes a zeroed buffer
+
+
+TABLE = {
+    # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
+    "ex04a_rms_norm_dweight": (
+        "rms_norm_dweight_kernel",
+        exercise.check_rms_norm_dweight,
+        [
+            dweight_forgets_rstd,
+            dweight_double_counts_last_group,
+            dweight_interleaved_rows,
+            dweight_inclusive_end,
+            dweight_no_clamp_to_m,
+            dweight_skips_empty_programs,
+            dweight_accumulates_into_buffer,
+        ],
+    ),
+}
+STEMS = sorted(TABLE)
+PLANTED = [(stem, wrong) for stem in STEMS for wrong in TABLE[stem][2]]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_notebook_has_one_stub_and_a_check_of_it(stem):
+    name, check, _ = TABLE[stem]
+    notebooks.assert_notebook_has_one_stub_and_a_check_of_it(stem, name, check)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_check_fails_every_case_on_the_shipped_stub(stem, tmp_path):
+    name, check, _ = TABLE[stem]
+    notebooks.assert_check_fails_every_case_on_the_shipped_stub(stem, name, check, tmp_path)
+
+
+@pytest.mark.parametrize("stem, wrong", PLANTED, ids=[f"{s}-{w.__name__}" for s, w in PLANTED])
+def test_check_fails_on_a_planted_wrong_answer(stem, wrong):
+    _, check, _ = TABLE[stem]
+    report = check(wrong)
+    assert not report.passed, f"{wrong.__name__} passed:\n{report}"
+
+
+@pytest.mark.parametrize("seed", [0, 1, None])
+@pytest.mark.parametrize("stem", STEMS)
+def test_check_passes_on_the_reference_solution(stem, seed):
+    name, check, _ = TABLE[stem]
+    check(notebooks.solution(stem, name), seed=seed).assert_passed()
+
+
+def test_chapter_4_failure_messages():
+    """The verdict of exercise 4a names the programs without rows."""
+    empty = exercise.check_rms_norm_dweight(dweight_skips_empty_programs)
+    assert not empty.passed
+    assert all("no rows: its partial row must be zeros" in r.detail for r in empty.rows if not r.passed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stem", STEMS)
+def test_gpu_chapter_4_checks_on_compiled_kernels(stem, tmp_path):
+    name, check, planted = TABLE[stem]
+    notebooks.assert_gpu_checks_on_compiled_kernels(stem, name, check, planted, tmp_path)

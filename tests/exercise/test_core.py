@@ -1,0 +1,116 @@
+"""The exercise mechanism (tritonforge.exercise.core): a check never raises and says why a case
+failed, reports render as text and HTML, seeds replay, guarded views count writes outside them;
+and every exercise notebook has its check in the registry and a test module."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tritonforge  # noqa: F401  (before triton: the interpreter flag)
+import triton
+import triton.language as tl
+
+from tritonforge import exercise
+
+from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04
+from .test_ch01 import intensity_counts_macs
+
+TABLES = {**test_ch01.TABLE, **test_ch02.TABLE, **test_ch03.TABLE, **test_ch04.TABLE}
+
+
+def test_every_exercise_notebook_is_in_a_table():
+    assert sorted(p.stem for p in notebooks.EXERCISES.glob("*.ipynb")) == sorted(TABLES)
+
+
+def test_every_check_is_in_the_registry():
+    assert sorted(check.__name__ for _, check, _ in TABLES.values()) == sorted(c.__name__ for c in exercise.EXERCISES.values())
+
+
+@pytest.mark.parametrize(
+    "fn, message",
+    [
+        (lambda *a: 1 / 0, "ZeroDivisionError"),
+        (lambda *a: None, "return a tuple"),
+        (lambda *a: ("1", 2, 3.0), "should be a number"),
+    ],
+)
+def test_check_never_raises_and_reports_why(fn, message):
+    report = exercise.check_arithmetic_intensity(fn)
+    assert not report.passed
+    assert all(message in r.detail for r in report.rows)
+
+
+def test_a_kernel_check_rejects_a_plain_function():
+    def not_a_kernel(x_ptr, out_ptr, N, stride_xm, BLOCK_N):
+        pass
+
+    report = exercise.check_row_max(not_a_kernel)
+    assert not report.passed
+    assert "@triton.jit" in report.rows[0].detail
+
+
+def test_a_kernel_that_fails_to_run_is_a_failed_case():
+    @triton.jit
+    def bad(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
+        tl.store(out_ptr + tl.arange(0, N), tl.load(x_ptr + tl.arange(0, N)))  # N is not constexpr
+
+    report = exercise.check_row_max(bad)
+    assert report.n_passed == 0
+    # The compiler's complaint reaches the learner (its wording differs between the interpreter
+    # and the GPU compiler, and between Triton versions).
+    words = ("arange", "constexpr", "CompilationError")
+    assert any(any(w in r.detail for w in words) for r in report.rows), [r.detail[:200] for r in report.rows]
+
+
+def test_a_kernel_that_writes_its_input_fails():
+    @triton.jit
+    def writes_x(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK_N)
+        acc = tl.full([BLOCK_N], float("-inf"), tl.float32)
+        for start in range(0, N, BLOCK_N):
+            mask = start + cols < N
+            x = tl.load(x_ptr + row * stride_xm + start + cols, mask=mask, other=float("-inf")).to(tl.float32)
+            acc = tl.maximum(acc, x)
+            tl.store(x_ptr + row * stride_xm + start + cols, tl.zeros([BLOCK_N], tl.float32), mask=mask)
+        tl.store(out_ptr + row, tl.max(acc, axis=0))
+
+    report = exercise.check_row_max(writes_x)
+    assert report.n_passed == 0
+    assert all("changed an input" in r.detail for r in report.rows)
+
+
+def test_report_renders_as_text_and_html():
+    report = exercise.check_arithmetic_intensity(intensity_counts_macs, seed=3)
+    text, page = str(report), report._repr_html_()
+    assert "of 7 cases pass (seed 3)" in text
+    for row in report.rows:
+        assert row.case in text
+    assert page.count("<tr>") == len(report.rows) + 1
+    assert "✘ fail" in page and "✔ pass" in page
+    with pytest.raises(AssertionError, match="cases pass"):
+        report.assert_passed()
+
+
+def test_seed_replays_the_same_inputs():
+    cases = exercise.row_max_cases()
+    a = cases[0].inputs(torch.Generator().manual_seed(5)).view
+    b = cases[0].inputs(torch.Generator().manual_seed(5)).view
+    assert torch.equal(a, b)
+
+
+def test_guarded_view_counts_writes_outside():
+    g = exercise.guarded(torch.randn(3, 4), (1, 3), margin=(2, 2))
+    assert g.view.stride() == (1, 3)
+    assert g.outside_written() == 0
+    g.buffer[-1] = 1.0
+    assert g.outside_written() == 1
+
+
+def test_check_itself_failing_is_reported_not_raised():
+    broken = exercise.Case("broken", inputs=lambda g: 1 / 0, run=lambda fn, i: None, expected=lambda i: None, compare=None)
+    report = exercise.check(lambda: None, [broken], title="t")
+    assert not report.passed
+    assert "error in the check itself" in report.rows[0].detail
+

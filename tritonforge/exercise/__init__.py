@@ -1,0 +1,136 @@
+r"""Exercise checks: run a learner's function on a list of cases and show a verdict per case.
+
+The learner edits a stub in an exercise notebook and runs ``exercise.check_<exercise>(fn)``; the
+check runs every case on fresh inputs, never raises (an exception from the learner's code is a
+failed case that says why), and returns a :class:`Report` that renders as a table in the
+notebook and has ``assert_passed()`` for pytest. The exercise notebooks and ``tests/exercise/``
+call the same functions. Inputs are drawn afresh on every check from a seed that the report
+prints; pass ``seed=`` to replay a run.
+
+=========  ==========================================================================
+module     what it holds
+=========  ==========================================================================
+``core``   the mechanism: :class:`Case`, :func:`check`, :class:`Report`, and the
+           guarded (NaN-margined, NaN-poisoned) tensors every kernel exercise uses
+``ch01``   1a: arithmetic intensity of RMSNorm and of a matmul
+``ch02``   2a: bias + ReLU over a strided 2-D view; 2b: the maximum of each row
+``ch03``   3a: LayerNorm forward; 3b: fused residual add + RMSNorm
+``ch04``   4a: RMSNorm's weight gradient through per-program partial sums
+=========  ==========================================================================
+
+Each chapter module gives, per exercise, a float64 reference (``*_ref``), the launcher the
+notebook hands the learner (``launch_*``), the cases (``*_cases``) and the check (``check_*``).
+Tolerances come from ``tritonforge.reference.TOLERANCE``. :data:`EXERCISES` maps each
+exercise's name to its check.
+"""
+
+from tritonforge.exercise.ch01 import (
+    arithmetic_intensity_cases,
+    arithmetic_intensity_ref,
+    check_arithmetic_intensity,
+)
+from tritonforge.exercise.ch02 import (
+    BIAS_RELU_BLOCK_M,
+    BIAS_RELU_BLOCK_N,
+    ROW_MAX_BLOCK_N,
+    bias_relu_2d_cases,
+    bias_relu_2d_ref,
+    check_bias_relu_2d,
+    check_row_max,
+    launch_bias_relu_2d,
+    launch_row_max,
+    row_max_cases,
+    row_max_ref,
+)
+from tritonforge.exercise.ch03 import (
+    FUSED_ADD_MAX_MISMATCH,
+    FUSED_ADD_RMS_NORM_EPS,
+    LAYER_NORM_EPS,
+    check_fused_add_rms_norm,
+    check_layer_norm_fwd,
+    fused_add_rms_norm_cases,
+    fused_add_rms_norm_ref,
+    launch_fused_add_rms_norm,
+    launch_layer_norm_fwd,
+    layer_norm_fwd_cases,
+    layer_norm_ref,
+)
+from tritonforge.exercise.ch04 import (
+    check_rms_norm_dweight,
+    launch_rms_norm_dweight,
+    rms_norm_dweight_cases,
+    rms_norm_dweight_partials_ref,
+)
+from tritonforge.exercise.core import (
+    Case,
+    Guarded,
+    Report,
+    Row,
+    Verdict,
+    check,
+    compare_tensors,
+    describe_exception,
+    guarded,
+    kernel_device,
+    poisoned_output,
+)
+
+EXERCISES = {
+    "arithmetic_intensity": check_arithmetic_intensity,
+    "bias_relu_2d": check_bias_relu_2d,
+    "row_max": check_row_max,
+    "layer_norm_fwd": check_layer_norm_fwd,
+    "fused_add_rms_norm": check_fused_add_rms_norm,
+    "rms_norm_dweight": check_rms_norm_dweight,
+}
+"""Every exercise's check, by name, in the book's order."""
+
+__all__ = [
+    # the mechanism
+    "Case",
+    "Guarded",
+    "Report",
+    "Row",
+    "Verdict",
+    "check",
+    "compare_tensors",
+    "describe_exception",
+    "guarded",
+    "kernel_device",
+    "poisoned_output",
+    # chapter 1
+    "arithmetic_intensity_cases",
+    "arithmetic_intensity_ref",
+    "check_arithmetic_intensity",
+    # chapter 2
+    "BIAS_RELU_BLOCK_M",
+    "BIAS_RELU_BLOCK_N",
+    "ROW_MAX_BLOCK_N",
+    "bias_relu_2d_cases",
+    "bias_relu_2d_ref",
+    "check_bias_relu_2d",
+    "check_row_max",
+    "launch_bias_relu_2d",
+    "launch_row_max",
+    "row_max_cases",
+    "row_max_ref",
+    # chapter 3
+    "FUSED_ADD_MAX_MISMATCH",
+    "FUSED_ADD_RMS_NORM_EPS",
+    "LAYER_NORM_EPS",
+    "check_fused_add_rms_norm",
+    "check_layer_norm_fwd",
+    "fused_add_rms_norm_cases",
+    "fused_add_rms_norm_ref",
+    "launch_fused_add_rms_norm",
+    "launch_layer_norm_fwd",
+    "layer_norm_fwd_cases",
+    "layer_norm_ref",
+    # chapter 4
+    "check_rms_norm_dweight",
+    "launch_rms_norm_dweight",
+    "rms_norm_dweight_cases",
+    "rms_norm_dweight_partials_ref",
+    # the registry
+    "EXERCISES",
+]

@@ -1,0 +1,169 @@
+"""Exercises 2a and 2b (chapter 2): bias + ReLU over a strided 2-D view, and the maximum of each
+row, looping over a long row in blocks.
+
+Each exercise has a float64 reference (``*_ref``), the launcher the notebook gives the learner
+(``launch_*``: grid, block sizes, strides), its cases (``*_cases``) and its check (``check_*``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from tritonforge._triton import triton
+from tritonforge.exercise.core import (
+    Case,
+    Report,
+    ViewSpec,
+    changed,
+    check,
+    compare_tensors,
+    guarded,
+    kernel_device,
+    poisoned_output,
+    require_kernel,
+    snapshot,
+    synchronize,
+)
+from tritonforge.reference import TOLERANCE
+
+BIAS_RELU_BLOCK_M = 16
+BIAS_RELU_BLOCK_N = 16
+
+
+def bias_relu_2d_ref(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``max(x + bias, 0)`` with ``bias`` broadcast over rows, in float64."""
+    return torch.clamp_min(x.double() + bias.double()[None, :], 0.0)
+
+
+def launch_bias_relu_2d(kernel, x: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The given launcher of exercise 2a: a 2-D grid of ``16 × 16`` tiles; x's and out's strides
+    are passed in elements. Returns ``out`` (a new ``[M, N]`` tensor unless one is given)."""
+    require_kernel(kernel)
+    M, N = x.shape
+    if out is None:
+        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(M, BIAS_RELU_BLOCK_M), triton.cdiv(N, BIAS_RELU_BLOCK_N))
+    kernel[grid](
+        x, bias, out, M, N,
+        x.stride(0), x.stride(1),
+        out.stride(0), out.stride(1),
+        BLOCK_M=BIAS_RELU_BLOCK_M, BLOCK_N=BIAS_RELU_BLOCK_N,
+    )  # fmt: skip
+    return out
+
+
+def _bias_relu_case(name: str, spec: ViewSpec) -> Case:
+    M, N = spec.shape
+    margin = (BIAS_RELU_BLOCK_M + 1, BIAS_RELU_BLOCK_N + 1)
+
+    def inputs(gen):
+        device = kernel_device()
+        x = guarded(torch.randn(spec.shape, generator=gen).to(spec.dtype), spec.strides, offset=spec.offset, margin=margin, device=device)
+        bias_len = max(M, N) + BIAS_RELU_BLOCK_M + BIAS_RELU_BLOCK_N  # room for a kernel that indexes bias by row
+        bias = guarded(torch.randn(N, generator=gen).to(spec.dtype), (1,), margin=(bias_len,), device=device)
+        return {"x": x, "bias": bias}
+
+    def run(fn, inp):
+        x, bias = inp["x"], inp["bias"]
+        out = poisoned_output((M, N), spec.dtype, margin=margin, device=x.view.device.type)
+        before = snapshot(x, bias)
+        launch_bias_relu_2d(fn, x.view, bias.view, out.view)
+        synchronize(out.view)
+        return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, bias), before)}
+
+    rtol = TOLERANCE[spec.dtype]
+    return Case(
+        name=name,
+        inputs=inputs,
+        run=run,
+        expected=lambda inp: bias_relu_2d_ref(inp["x"].view, inp["bias"].view),
+        compare=lambda got, exp, inp: compare_tensors(got, exp, rtol=rtol),
+    )
+
+
+def bias_relu_2d_cases() -> list[Case]:
+    return [
+        _bias_relu_case("contiguous 37×53", ViewSpec((37, 53), (53, 1))),
+        _bias_relu_case("transposed 45×30 (x = base.t())", ViewSpec((45, 30), (1, 45))),
+        _bias_relu_case("every 3rd column 20×41 (base[:, ::3])", ViewSpec((20, 41), (123, 3))),
+        _bias_relu_case("interior slice 37×55 (base[3:40, 5:60])", ViewSpec((37, 55), (70, 1), offset=3 * 70 + 5)),
+        _bias_relu_case("single row 1×257", ViewSpec((1, 257), (257, 1))),
+        _bias_relu_case("single column 129×1", ViewSpec((129, 1), (1, 129))),
+        _bias_relu_case("float16 transposed 33×47", ViewSpec((33, 47), (1, 33), dtype=torch.float16)),
+    ]
+
+
+def check_bias_relu_2d(kernel, *, seed: Optional[int] = None) -> Report:
+    """Exercise 2a: the learner's ``bias_relu_2d_kernel`` on views with awkward shapes and strides."""
+    return check(kernel, bias_relu_2d_cases(), title="bias_relu_2d_kernel", seed=seed)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 2b (chapter 2): row-wise max, looping over a long row in blocks
+# ----------------------------------------------------------------------------------------------
+
+ROW_MAX_BLOCK_N = 32
+
+
+def row_max_ref(x: torch.Tensor) -> torch.Tensor:
+    return x.double().amax(dim=1)
+
+
+def launch_row_max(kernel, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The given launcher of exercise 2b: one program per row, ``BLOCK_N = 32`` columns at a time;
+    x's rows may be strided (``stride_xm``), its columns have unit stride."""
+    require_kernel(kernel)
+    if x.stride(1) != 1 and x.shape[1] > 1:
+        raise ValueError("x must have unit column stride in this exercise")
+    M, N = x.shape
+    if out is None:
+        out = torch.empty(M, dtype=x.dtype, device=x.device)
+    kernel[(M,)](x, out, N, x.stride(0), BLOCK_N=ROW_MAX_BLOCK_N)
+    return out
+
+
+def _row_max_case(name: str, spec: ViewSpec, *, negative: bool, max_at: Optional[str] = None) -> Case:
+    M, N = spec.shape
+
+    def inputs(gen):
+        values = torch.randn(spec.shape, generator=gen)
+        if negative:  # every element < 0: a zero from `other=0.0` or a zeroed accumulator wins
+            values = -(values.abs() + 0.25)
+        if max_at is not None:  # plant each row's maximum at one end of the row
+            col = 0 if max_at == "first" else N - 1
+            values[:, col] = values.amax(dim=1) + 0.5
+        return guarded(values.to(spec.dtype), spec.strides, offset=spec.offset, margin=(1, ROW_MAX_BLOCK_N + 1), device=kernel_device())
+
+    def run(fn, x):
+        out = poisoned_output((M,), spec.dtype, margin=(ROW_MAX_BLOCK_N,), device=x.view.device.type)
+        before = snapshot(x)
+        launch_row_max(fn, x.view, out.view)
+        synchronize(out.view)
+        return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x,), before)}
+
+    return Case(
+        name=name,
+        inputs=inputs,
+        run=run,
+        expected=lambda x: row_max_ref(x.view),
+        compare=lambda got, exp, x: compare_tensors(got, exp, rtol=0.0),  # a max is exact
+    )
+
+
+def row_max_cases() -> list[Case]:
+    return [
+        _row_max_case("7×100, mixed signs", ViewSpec((7, 100), (100, 1)), negative=False),
+        _row_max_case("5×77, all negative", ViewSpec((5, 77), (77, 1)), negative=True),
+        _row_max_case("4×1, N = 1, negative", ViewSpec((4, 1), (1, 1)), negative=True),
+        _row_max_case("3×32, exactly one block, negative", ViewSpec((3, 32), (32, 1)), negative=True),
+        _row_max_case("6×33, max in the last column", ViewSpec((6, 33), (33, 1)), negative=True, max_at="last"),
+        _row_max_case("6×95 strided rows (base[:, 3:98]), max first", ViewSpec((6, 95), (130, 1), offset=3), negative=True, max_at="first"),
+        _row_max_case("float16 3×300, all negative", ViewSpec((3, 300), (300, 1), dtype=torch.float16), negative=True),
+    ]
+
+
+def check_row_max(kernel, *, seed: Optional[int] = None) -> Report:
+    """Exercise 2b: the learner's ``row_max_kernel`` on rows that are long, odd, negative, strided."""
+    return check(kernel, row_max_cases(), title="row_max_kernel", seed=seed)

@@ -1,0 +1,279 @@
+"""Exercises 3a and 3b (chapter 3): LayerNorm forward, one row per program; and the fused
+residual add + RMSNorm, both outputs in one pass, rounded in the Hugging Face order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import torch
+
+from tritonforge._triton import triton
+from tritonforge.exercise.core import (
+    Case,
+    Report,
+    Verdict,
+    ViewSpec,
+    changed,
+    check,
+    compare_tensors,
+    guarded,
+    kernel_device,
+    poisoned_output,
+    require_kernel,
+    require_unit_column_stride,
+    snapshot,
+    synchronize,
+    with_hint,
+)
+from tritonforge.kernel_utils import round_bf16_by_hand
+from tritonforge.reference import TOLERANCE, rms_norm_ref
+
+LAYER_NORM_EPS = 1e-5
+
+
+def layer_norm_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = LAYER_NORM_EPS) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dim in float64, with the
+    biased variance ``mean((x - mean)**2)`` (``torch.nn.functional.layer_norm``'s definition)."""
+    x64 = x.double()
+    centered = x64 - x64.mean(-1, keepdim=True)
+    var = (centered * centered).mean(-1, keepdim=True)
+    return centered / torch.sqrt(var + eps) * weight.double() + bias.double()
+
+
+def launch_layer_norm_fwd(
+    kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: Optional[torch.Tensor] = None, *, eps: float = LAYER_NORM_EPS
+) -> torch.Tensor:
+    """The given launcher of exercise 3a: one program per row, the whole row in one block of
+    ``BLOCK_N = next_power_of_2(N)`` columns; rows may be strided, columns have unit stride.
+    Returns ``out`` (a new ``[M, N]`` tensor in x's dtype unless one is given)."""
+    require_kernel(kernel)
+    require_unit_column_stride("x", x)
+    M, N = x.shape
+    if out is None:
+        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    kernel[(M,)](x, weight, bias, out, x.stride(0), out.stride(0), N, eps, BLOCK_N=triton.next_power_of_2(N))
+    return out
+
+
+def _layer_norm_case(name: str, spec: ViewSpec, *, loc: float = 0.0, spread: float = 0.0, scale: float = 1.0, rtol: Optional[float] = None, hint: str = "") -> Case:
+    """Rows of ``loc + spread * randn(row) + scale * randn`` (``spread``: a different mean per row)."""
+    M, N = spec.shape
+    block = triton.next_power_of_2(N)
+    margin = (1, block + 1)
+    rtol = TOLERANCE[spec.dtype] if rtol is None else rtol
+
+    def inputs(gen):
+        device = kernel_device()
+        values = loc + spread * torch.randn(M, 1, generator=gen) + scale * torch.randn(M, N, generator=gen)
+        x = guarded(values.to(spec.dtype), spec.strides, offset=spec.offset, margin=margin, device=device)
+        weight = guarded((1.0 + 0.5 * torch.randn(N, generator=gen)).to(spec.dtype), (1,), margin=(block + 1,), device=device)
+        bias = guarded(torch.randn(N, generator=gen).to(spec.dtype), (1,), margin=(block + 1,), device=device)
+        return {"x": x, "weight": weight, "bias": bias}
+
+    def run(fn, inp):
+        x, weight, bias = inp["x"], inp["weight"], inp["bias"]
+        out = poisoned_output((M, N), spec.dtype, margin=margin, device=x.view.device.type)
+        before = snapshot(x, weight, bias)
+        launch_layer_norm_fwd(fn, x.view, weight.view, bias.view, out.view)
+        synchronize(out.view)
+        return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, weight, bias), before)}
+
+    return Case(
+        name=name,
+        inputs=inputs,
+        run=run,
+        expected=lambda inp: layer_norm_ref(inp["x"].view, inp["weight"].view, inp["bias"].view),
+        compare=lambda got, exp, inp: with_hint(compare_tensors(got, exp, rtol=rtol), hint),
+    )
+
+
+LAYER_NORM_CENTERED_HINT = (
+    "If only this case fails, look at the variance: in float32, E[x²] − mean² cancels "
+    "catastrophically when the mean is large; subtract the mean first and average (x − mean)²"
+)
+
+
+LARGE_MEAN_FACTOR = 30
+"""The large-mean case's budget in units of ``TOLERANCE[float32]`` (30 × 1e-5 = 3e-4): the mean
+of values near 1000 carries float32 rounding, so a correct kernel (and ``F.layer_norm``) is off by
+up to ~5e-4 there, while E[x²] − mean² is off by ~0.3 — the budget still tells them apart."""
+
+
+def layer_norm_fwd_cases() -> list[Case]:
+    return [
+        _layer_norm_case("float32 5×1000", ViewSpec((5, 1000), (1000, 1))),
+        _layer_norm_case("float32 4×37, strided rows (base[:, 5:42])", ViewSpec((4, 37), (64, 1), offset=5)),
+        _layer_norm_case("N = 1, 6×1 (variance 0: y = bias)", ViewSpec((6, 1), (1, 1))),
+        _layer_norm_case("single row 1×129", ViewSpec((1, 129), (129, 1))),
+        _layer_norm_case("tiny variance 4×300 (std 1e-3: eps matters)", ViewSpec((4, 300), (300, 1)), scale=1e-3),
+        _layer_norm_case(
+            "large mean 6×1000 (≈ 1000 ± 1): centered variance",
+            ViewSpec((6, 1000), (1000, 1)),
+            loc=1000.0,
+            spread=100.0,
+            rtol=LARGE_MEAN_FACTOR * TOLERANCE[torch.float32],
+            hint=LAYER_NORM_CENTERED_HINT,
+        ),
+        _layer_norm_case("float16 7×300", ViewSpec((7, 300), (300, 1), dtype=torch.float16)),
+        _layer_norm_case("bfloat16 5×123, strided rows", ViewSpec((5, 123), (200, 1), offset=11, dtype=torch.bfloat16)),
+    ]
+
+
+def check_layer_norm_fwd(kernel, *, seed: Optional[int] = None) -> Report:
+    """Exercise 3a: the learner's ``layer_norm_fwd_kernel`` on odd, strided, large-mean and 16-bit rows."""
+    return check(kernel, layer_norm_fwd_cases(), title="layer_norm_fwd_kernel", seed=seed)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3b (chapter 3): fused residual add + RMSNorm, both outputs in one pass
+# ----------------------------------------------------------------------------------------------
+
+FUSED_ADD_RMS_NORM_EPS = 1e-6
+FUSED_ADD_MAX_MISMATCH = 0.02
+"""In float16 and bfloat16, ``y`` must equal the Hugging Face-order result bit for bit in all but
+this fraction of elements (a correct kernel matches all of them in practice; a kernel that skips
+one of the two roundings differs in about a fifth)."""
+
+
+def fused_add_rms_norm_ref(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = FUSED_ADD_RMS_NORM_EPS, *, upcast: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(h, y)``: ``h = x + residual`` rounded to x's dtype, ``y = rms_norm_ref(h, weight)``
+    (Hugging Face casting; in float64 with ``upcast``, from the rounded ``h``)."""
+    h = x + residual  # in x's dtype: PyTorch rounds the exact sum to nearest
+    return h, rms_norm_ref(h, weight, eps, upcast=upcast)
+
+
+def launch_fused_add_rms_norm(
+    kernel,
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    h: Optional[torch.Tensor] = None,
+    y: Optional[torch.Tensor] = None,
+    *,
+    eps: float = FUSED_ADD_RMS_NORM_EPS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The given launcher of exercise 3b: one program per row, ``BLOCK_N = next_power_of_2(N)``,
+    every tensor with its own row stride (unit column stride). ``ROUND_BF16`` is True only for
+    bfloat16 in the interpreter (see ``tritonforge.kernel_utils.cast_for_store``). Returns
+    ``(h, y)``, new ``[M, N]`` tensors in x's dtype unless given."""
+    require_kernel(kernel)
+    for name, t in (("x", x), ("residual", residual)):
+        require_unit_column_stride(name, t)
+    M, N = x.shape
+    if h is None:
+        h = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if y is None:
+        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    kernel[(M,)](
+        x, residual, weight, h, y,
+        x.stride(0), residual.stride(0), h.stride(0), y.stride(0),
+        N, eps,
+        BLOCK_N=triton.next_power_of_2(N), ROUND_BF16=round_bf16_by_hand(x.dtype),
+    )  # fmt: skip
+    return h, y
+
+
+def _compare_fused_add(got: dict, expected: dict, inputs: dict) -> Verdict:
+    dtype = expected["h"].dtype
+    h = compare_tensors({"out": got["h"], "outside": got["h_outside"], "inputs_changed": got["inputs_changed"]}, expected["h"], rtol=0.0)
+    y = compare_tensors({"out": got["y"], "outside": got["y_outside"]}, expected["y64"], rtol=TOLERANCE[dtype])
+    problems = []
+    if not h.passed:
+        detail = h.detail
+        if "wrong values" in detail:
+            detail += " (h must equal x + residual rounded to nearest"
+            detail += "; round with cast_for_store(…, ROUND_BF16): the interpreter's .to(tl.bfloat16) truncates)" if dtype == torch.bfloat16 else ")"
+        problems.append("h: " + detail)
+    if not y.passed:
+        problems.append("y: " + y.detail)
+    elif dtype != torch.float32:
+        y_hf = expected["y_hf"]
+        differ = float((got["y"].detach().cpu() != y_hf.cpu()).double().mean())
+        if differ > FUSED_ADD_MAX_MISMATCH:
+            problems.append(
+                f"y: {differ:.0%} of the elements differ from the Hugging Face order (at most {FUSED_ADD_MAX_MISMATCH:.0%}): "
+                "normalize h as rounded to the input dtype, round x̂ = h·rstd to the input dtype, then multiply by w"
+            )
+    errors = [e for e in (h.error, y.error) if e is not None]
+    finite = [e for e in errors if not math.isnan(e)]
+    error = max(finite) if finite else (float("nan") if errors else None)
+    return Verdict(not problems, error, "; ".join(problems))
+
+
+@dataclasses.dataclass(frozen=True)
+class _RowsSpec:
+    """Shape, dtype and the row strides of each input: ``(stride, storage offset)`` per tensor."""
+
+    shape: tuple[int, int]
+    dtype: torch.dtype = torch.float32
+    x_layout: tuple[int, int] = (0, 0)  # (row stride, offset); row stride 0 means N
+    other_layout: tuple[int, int] = (0, 0)
+
+
+def _fused_add_case(name: str, spec: _RowsSpec, *, x_scale: float = 1.0, residual_scale: float = 1.0) -> Case:
+    M, N = spec.shape
+    block = triton.next_power_of_2(N)
+    margin = (1, block + 1)
+
+    def layout(which):
+        stride, offset = which
+        return (stride or N, 1), offset
+
+    def inputs(gen):
+        device = kernel_device()
+        (xs, xo), (rs, ro) = layout(spec.x_layout), layout(spec.other_layout)
+        x = guarded((x_scale * torch.randn(M, N, generator=gen)).to(spec.dtype), xs, offset=xo, margin=margin, device=device)
+        residual = guarded((residual_scale * torch.randn(M, N, generator=gen)).to(spec.dtype), rs, offset=ro, margin=margin, device=device)
+        weight = guarded((1.0 + 0.5 * torch.randn(N, generator=gen)).to(spec.dtype), (1,), margin=(block + 1,), device=device)
+        return {"x": x, "residual": residual, "weight": weight}
+
+    def run(fn, inp):
+        x, residual, weight = inp["x"], inp["residual"], inp["weight"]
+        device = x.view.device.type
+        h = poisoned_output((M, N), spec.dtype, margin=margin, device=device)
+        y = poisoned_output((M, N), spec.dtype, margin=(1, block + 3), device=device)  # a row stride unlike h's
+        before = snapshot(x, residual, weight)
+        launch_fused_add_rms_norm(fn, x.view, residual.view, weight.view, h.view, y.view)
+        synchronize(y.view)
+        return {
+            "h": h.view,
+            "y": y.view,
+            "h_outside": h.outside_written(),
+            "y_outside": y.outside_written(),
+            "inputs_changed": changed((x, residual, weight), before),
+        }
+
+    def expected(inp):
+        args = (inp["x"].view, inp["residual"].view, inp["weight"].view)
+        h, y_hf = fused_add_rms_norm_ref(*args)
+        _, y64 = fused_add_rms_norm_ref(*args, upcast=True)
+        return {"h": h, "y_hf": y_hf, "y64": y64}
+
+    return Case(name=name, inputs=inputs, run=run, expected=expected, compare=_compare_fused_add)
+
+
+def fused_add_rms_norm_cases() -> list[Case]:
+    return [
+        _fused_add_case("float32 4×1000", _RowsSpec((4, 1000))),
+        _fused_add_case("float32 N = 1, 5×1", _RowsSpec((5, 1))),
+        _fused_add_case("float32 6×37, x and residual with different row strides", _RowsSpec((6, 37), x_layout=(50, 3), other_layout=(64, 0))),
+        _fused_add_case("bfloat16 6×300", _RowsSpec((6, 300), torch.bfloat16)),
+        _fused_add_case(
+            "bfloat16 4×1000, small update on a large residual (rounding order)",
+            _RowsSpec((4, 1000), torch.bfloat16),
+            x_scale=0.1,
+            residual_scale=8.0,
+        ),
+        _fused_add_case("float16 7×123, strided rows", _RowsSpec((7, 123), torch.float16, x_layout=(130, 2), other_layout=(128, 5))),
+        _fused_add_case("bfloat16 single row 1×2000", _RowsSpec((1, 2000), torch.bfloat16)),
+    ]
+
+
+def check_fused_add_rms_norm(kernel, *, seed: Optional[int] = None) -> Report:
+    """Exercise 3b: the learner's ``fused_add_rms_norm_kernel``: ``h`` bit-exact, ``y`` in the Hugging Face order."""
+    return check(kernel, fused_add_rms_norm_cases(), title="fused_add_rms_norm_kernel", seed=seed)

@@ -1,0 +1,151 @@
+"""Exercise 4a (chapter 4): RMSNorm's weight gradient, deterministic, through per-program partial
+sums over contiguous groups of rows (including programs that own none), reduced once in a fixed
+order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from tritonforge._triton import triton
+from tritonforge.exercise.core import (
+    Case,
+    Report,
+    Verdict,
+    changed,
+    check,
+    compare_tensors,
+    guarded,
+    kernel_device,
+    poisoned_output,
+    require_kernel,
+    require_unit_column_stride,
+    snapshot,
+    synchronize,
+)
+from tritonforge.reference import TOLERANCE
+
+
+def rms_norm_dweight_partials_ref(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, programs: int) -> torch.Tensor:
+    """``[programs, N]`` float64: row ``p`` sums ``dy * x * rstd`` over program p's rows
+    ``[p * R, min((p + 1) * R, M))`` with ``R = cdiv(M, programs)`` (zero if it has none)."""
+    M, N = x.shape
+    per_row = dy.double() * x.double() * rstd.double()[:, None]  # [M, N]
+    rows_per_program = triton.cdiv(M, programs)
+    partials = torch.zeros(programs, N, dtype=torch.float64, device=x.device)
+    for p in range(programs):
+        start, end = p * rows_per_program, min((p + 1) * rows_per_program, M)
+        if start < end:
+            partials[p] = per_row[start:end].sum(0)
+    return partials
+
+
+def launch_rms_norm_dweight(
+    kernel, dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, programs: int, partial: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The given launcher of exercise 4a: ``programs`` programs, program ``p`` owning rows
+    ``[p * rows_per_program, min((p + 1) * rows_per_program, M))`` with
+    ``rows_per_program = cdiv(M, programs)``; ``BLOCK_N = next_power_of_2(N)``. The kernel fills
+    ``partial`` (float32 ``[programs, N]``, not zeroed); the launcher reduces it with ``.sum(0)``.
+    Returns ``(dweight, partial)``."""
+    require_kernel(kernel)
+    for name, t in (("dy", dy), ("x", x)):
+        require_unit_column_stride(name, t)
+    M, N = x.shape
+    if partial is None:
+        partial = torch.empty((programs, N), dtype=torch.float32, device=x.device)
+    kernel[(programs,)](
+        dy, x, rstd, partial,
+        dy.stride(0), x.stride(0), partial.stride(0),
+        M, N, triton.cdiv(M, programs),
+        BLOCK_N=triton.next_power_of_2(N),
+    )  # fmt: skip
+    return partial.sum(0), partial  # the second, fixed-order reduction: [N]
+
+
+def _group_text(p: int, M: int, programs: int) -> str:
+    rows_per_program = triton.cdiv(M, programs)
+    start, end = p * rows_per_program, min((p + 1) * rows_per_program, M)
+    if start >= end:
+        return "no rows: its partial row must be zeros"
+    return f"row {start}" if end - start == 1 else f"rows {start}–{end - 1}"
+
+
+def _compare_dweight(got: dict, expected: dict, inputs: dict) -> Verdict:
+    M, programs = inputs["x"].view.shape[0], inputs["programs"]
+    verdict = compare_tensors(got, expected["partial"], rtol=TOLERANCE[torch.float32])
+    if not verdict.passed:
+        out64, exp64 = got["out"].detach().double().cpu(), expected["partial"].cpu()
+        bad = ((out64 - exp64).abs() > TOLERANCE[torch.float32] * max(1.0, float(exp64.abs().max()))) | torch.isnan(out64)
+        wrong = [int(p) for p in torch.nonzero(bad.any(dim=1)).reshape(-1)]
+        if 0 < len(wrong) < programs:  # name the culprits when some rows are right
+            shown = ", ".join(f"{p} ({_group_text(p, M, programs)})" for p in wrong[:3])
+            more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+            return Verdict(False, verdict.error, f"{verdict.detail}; wrong partial rows: {shown}{more}")
+        return verdict
+    total = compare_tensors({"out": got["dweight"]}, expected["dweight"], rtol=TOLERANCE[torch.float32])
+    return total if not total.passed else Verdict(True, max(verdict.error, total.error), "")
+
+
+@dataclasses.dataclass(frozen=True)
+class _DweightSpec:
+    shape: tuple[int, int]
+    programs: int
+    dtype: torch.dtype = torch.float32
+    row_strides: tuple[int, int] = (0, 0)  # (dy, x); 0 means N
+
+
+def _dweight_case(name: str, spec: _DweightSpec) -> Case:
+    M, N = spec.shape
+    block = triton.next_power_of_2(N)
+    rows_per_program = triton.cdiv(M, spec.programs)
+    extra_rows = spec.programs * rows_per_program + spec.programs  # room for a wrong row range
+    margin = (extra_rows, block + 1)
+
+    def inputs(gen):
+        device = kernel_device()
+        x = torch.randn(M, N, generator=gen).to(spec.dtype)
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)  # [M] float32, as the forward saves it
+        dy = torch.randn(M, N, generator=gen).to(spec.dtype)
+        dy_stride, x_stride = (s or N for s in spec.row_strides)
+        return {
+            "dy": guarded(dy, (dy_stride, 1), margin=margin, device=device),
+            "x": guarded(x, (x_stride, 1), offset=3 if x_stride != N else 0, margin=margin, device=device),
+            "rstd": guarded(rstd, (1,), margin=(extra_rows,), device=device),
+            "programs": spec.programs,
+        }
+
+    def run(fn, inp):
+        dy, x, rstd = inp["dy"], inp["x"], inp["rstd"]
+        partial = poisoned_output((spec.programs, N), torch.float32, margin=(1, block + 1), device=x.view.device.type)
+        before = snapshot(dy, x, rstd)
+        dweight, _ = launch_rms_norm_dweight(fn, dy.view, x.view, rstd.view, spec.programs, partial.view)
+        synchronize(dweight)
+        return {"out": partial.view, "dweight": dweight, "outside": partial.outside_written(), "inputs_changed": changed((dy, x, rstd), before)}
+
+    def expected(inp):
+        partial = rms_norm_dweight_partials_ref(inp["dy"].view, inp["x"].view, inp["rstd"].view, spec.programs)
+        return {"partial": partial, "dweight": partial.sum(0)}
+
+    return Case(name=name, inputs=inputs, run=run, expected=expected, compare=_compare_dweight)
+
+
+def rms_norm_dweight_cases() -> list[Case]:
+    return [
+        _dweight_case("M = 12, P = 4: three rows each, N = 37", _DweightSpec((12, 37), 4)),
+        _dweight_case("M = 10, P = 4: groups of 3, 3, 3 and 1, N = 100", _DweightSpec((10, 100), 4)),
+        _dweight_case("M = 10, P = 6: groups of 2, the last program has none", _DweightSpec((10, 64), 6)),
+        _dweight_case("P > M: M = 3, P = 8 (five programs without rows)", _DweightSpec((3, 50), 8)),
+        _dweight_case("M = 1, P = 1, N = 1", _DweightSpec((1, 1), 1)),
+        _dweight_case("strided rows 20×300 (dy stride 320, x stride 310), P = 7", _DweightSpec((20, 300), 7, row_strides=(320, 310))),
+        _dweight_case("bfloat16 33×200, P = 8", _DweightSpec((33, 200), 8, torch.bfloat16)),
+        _dweight_case("float16 64×1000, P = 8", _DweightSpec((64, 1000), 8, torch.float16)),
+    ]
+
+
+def check_rms_norm_dweight(kernel, *, seed: Optional[int] = None) -> Report:
+    """Exercise 4a: the learner's ``rms_norm_dweight_kernel``: every partial row, then their sum."""
+    return check(kernel, rms_norm_dweight_cases(), title="rms_norm_dweight_kernel", seed=seed)

@@ -1,0 +1,328 @@
+r"""The mechanism of every exercise check: cases, verdicts, reports, and guarded tensors.
+
+- :class:`Case` — one named test: a factory for fresh inputs, how to call the learner's function
+  on them, the expected answer (a float64 PyTorch reference or an exact formula), and how to
+  compare the two.
+- :func:`check` — runs every case and returns a :class:`Report`. It never raises: an exception
+  from the learner's code (the untouched stub raises ``NotImplementedError``, or does nothing) is
+  a failed case with the exception's message, so a notebook cell always shows the whole table.
+- :class:`Report` — ``.passed`` (every case passed), ``.rows``, a plain-text table
+  (``str(report)``) and an HTML table (``_repr_html_``) for notebooks; ``assert_passed()`` for
+  pytest.
+
+Kernel exercises guard their buffers (:func:`guarded`, :func:`poisoned_output`): every output is
+poisoned with NaN (an element the kernel never writes fails the case), and every tensor — inputs
+and outputs — is a view into a larger buffer whose margins are NaN, wide enough to hold a whole
+tile past each edge. A kernel that forgets a mask therefore reads NaN and writes into the margin
+instead of into someone else's memory (which can crash the process in Triton's interpreter), and
+:func:`compare_tensors` reports the writes it finds there.
+
+The helpers at the end (:func:`require_kernel`, :func:`snapshot` / :func:`changed`, ...) are
+shared by the chapters' launchers and cases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import math
+import os
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from tritonforge import runtime
+
+# ----------------------------------------------------------------------------------------------
+# The mechanism
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """How one case went: passed or not, the largest error seen (if any), and a sentence."""
+
+    passed: bool
+    error: Optional[float] = None
+    detail: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One test of a learner's function.
+
+    ``inputs(gen)`` builds fresh inputs from a ``torch.Generator``; ``run(fn, inputs)`` calls the
+    learner's function and returns what it produced; ``expected(inputs)`` is the right answer;
+    ``compare(got, expected, inputs)`` returns a :class:`Verdict`.
+    """
+
+    name: str
+    inputs: Callable[[torch.Generator], Any]
+    run: Callable[[Callable, Any], Any]
+    expected: Callable[[Any], Any]
+    compare: Callable[[Any, Any, Any], Verdict]
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    case: str
+    passed: bool
+    error: Optional[float]
+    detail: str
+
+
+def describe_exception(exc: BaseException, limit: int = 240) -> str:
+    """``Type: message`` on one line; for a Triton compilation error the location and the cause."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        text = ""
+    elif len(lines) == 1:
+        text = lines[0]
+    else:  # CompilationError: "at 12:8:", the source, then the cause on the last line
+        text = f"{lines[0]} {lines[-1]}" if lines[0].startswith("at ") else lines[-1]
+    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclasses.dataclass
+class Report:
+    """The verdict of one :func:`check`: one row per case."""
+
+    title: str
+    rows: list[Row]
+    seed: int
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(r.passed for r in self.rows)
+
+    @property
+    def n_passed(self) -> int:
+        return sum(r.passed for r in self.rows)
+
+    def summary(self) -> str:
+        if self.passed:
+            return f"{self.title}: all {len(self.rows)} cases pass"
+        return f"{self.title}: {self.n_passed} of {len(self.rows)} cases pass (seed {self.seed})"
+
+    @staticmethod
+    def _error_text(error: Optional[float]) -> str:
+        if error is None:
+            return "-"
+        if math.isnan(error):
+            return "nan"
+        return f"{error:.2e}"
+
+    def __str__(self) -> str:
+        header = ("case", "verdict", "max error", "detail")
+        body = [(r.case, "pass" if r.passed else "FAIL", self._error_text(r.error), r.detail) for r in self.rows]
+        widths = [max(len(row[i]) for row in [header, *body]) for i in range(3)]
+        lines = [self.summary(), ""]
+        for row in [header, *body]:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        colour = "#1a7f37" if self.passed else "#cf222e"
+        cells = []
+        for r in self.rows:
+            mark = "<span style='color:#1a7f37'>✔ pass</span>" if r.passed else "<span style='color:#cf222e'>✘ fail</span>"
+            cells.append(
+                "<tr>"
+                f"<td style='text-align:left'>{html.escape(r.case)}</td>"
+                f"<td style='text-align:left'>{mark}</td>"
+                f"<td style='text-align:right'><code>{self._error_text(r.error)}</code></td>"
+                f"<td style='text-align:left'>{html.escape(r.detail)}</td>"
+                "</tr>"
+            )
+        head = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("case", "verdict", "max error", "detail"))
+        return (
+            f"<p style='color:{colour}'><b>{html.escape(self.summary())}</b></p>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(cells)}</tbody></table>"
+        )
+
+    def assert_passed(self) -> None:
+        """Raise ``AssertionError`` with the table unless every case passed (for pytest)."""
+        if not self.passed:
+            raise AssertionError("\n" + str(self))
+
+
+def check(fn: Callable, cases: Sequence[Case], *, title: str, seed: Optional[int] = None) -> Report:
+    """Run ``fn`` on every case; never raises (the learner's exceptions become failed rows)."""
+    if seed is None:
+        seed = int.from_bytes(os.urandom(4), "little") % 1_000_000
+    rows = []
+    for index, case in enumerate(cases):
+        gen = torch.Generator().manual_seed(seed + index)
+        try:
+            inputs = case.inputs(gen)
+            expected = case.expected(inputs)
+        except Exception as exc:  # noqa: BLE001 - a bug in the check itself: say so, keep going
+            rows.append(Row(case.name, False, None, "error in the check itself: " + describe_exception(exc)))
+            continue
+        try:
+            got = case.run(fn, inputs)
+        except Exception as exc:  # noqa: BLE001 - the learner's code raised: a failed case, not a crash
+            rows.append(Row(case.name, False, None, describe_exception(exc)))
+            continue
+        try:
+            verdict = case.compare(got, expected, inputs)
+        except Exception as exc:  # noqa: BLE001 - e.g. the function returned something odd
+            verdict = Verdict(False, None, "could not compare the result: " + describe_exception(exc))
+        rows.append(Row(case.name, verdict.passed, verdict.error, verdict.detail))
+    return Report(title=title, rows=rows, seed=seed)
+
+
+# ----------------------------------------------------------------------------------------------
+# Guarded tensors: NaN margins around every view a kernel touches
+# ----------------------------------------------------------------------------------------------
+
+
+def kernel_device() -> str:
+    """Where exercise kernels run: a CUDA GPU when Triton compiles for it, else the CPU."""
+    return "cuda" if torch.cuda.is_available() and not runtime.interpreting() else "cpu"
+
+
+@dataclasses.dataclass
+class Guarded:
+    """A strided view into a NaN-filled buffer; ``outside_written()`` counts non-NaN margin cells."""
+
+    view: torch.Tensor
+    buffer: torch.Tensor  # 1-D, the whole allocation
+
+    def outside_written(self) -> int:
+        inside = torch.zeros(self.buffer.numel(), dtype=torch.bool, device=self.buffer.device)
+        idx = torch.zeros((), dtype=torch.long, device=self.buffer.device) + self.view.storage_offset()
+        for size, stride in zip(self.view.shape, self.view.stride()):
+            idx = (idx.unsqueeze(-1) + torch.arange(size, device=self.buffer.device) * stride).reshape(-1)
+        inside[idx] = True
+        return int((~torch.isnan(self.buffer[~inside])).sum())
+
+
+def guarded(
+    values: torch.Tensor,
+    strides: Sequence[int],
+    *,
+    offset: int = 0,
+    margin: Sequence[int] = (),
+    device: str = "cpu",
+) -> Guarded:
+    """Place ``values`` in a view with the given strides and storage offset, inside a NaN buffer
+    large enough for indices up to ``shape[d] + margin[d]`` in every dimension (plus slack)."""
+    shape = values.shape
+    margin = list(margin) + [0] * (len(shape) - len(margin))
+    reach = offset + sum((s + m) * abs(st) for s, m, st in zip(shape, margin, strides))
+    size = reach + 2 * max(shape.numel(), 64)  # slack for kernels that index with the wrong strides
+    buffer = torch.full((size,), float("nan"), dtype=values.dtype, device=device)
+    view = buffer.as_strided(tuple(shape), tuple(strides), offset)
+    view.copy_(values.to(device))
+    return Guarded(view, buffer)
+
+
+def poisoned_output(shape: Sequence[int], dtype: torch.dtype, *, margin: Sequence[int], device: str) -> Guarded:
+    """A NaN output view with a row stride wider than its rows (so a kernel must use the strides
+    it is given) inside a NaN margin."""
+    if len(shape) == 1:
+        return guarded(torch.full(tuple(shape), float("nan"), dtype=dtype), (1,), margin=margin, device=device)
+    M, N = shape
+    row_stride = N + max(margin[1], 1)
+    return guarded(torch.full((M, N), float("nan"), dtype=dtype), (row_stride, 1), margin=margin, device=device)
+
+
+def compare_tensors(got: dict, expected: torch.Tensor, *, rtol: float) -> Verdict:
+    """``got`` = ``{"out": tensor, "outside": int, "inputs_changed": bool}`` from a kernel run.
+
+    Fails on: a wrong shape; writes outside the output; a changed input; NaN where the answer
+    has none (elements never written, or read from outside the inputs); an error above
+    ``rtol * max(1, max|expected|)``.
+    """
+    out = got["out"]
+    if tuple(out.shape) != tuple(expected.shape):
+        return Verdict(False, None, f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
+    problems = []
+    if got.get("outside"):
+        problems.append(f"wrote {got['outside']} element(s) outside the output: a store needs a mask")
+    if got.get("inputs_changed"):
+        problems.append("changed an input tensor")
+    out64 = out.detach().double().cpu()
+    exp64 = expected.double().cpu()
+    unwritten = torch.isnan(out64) & ~torch.isnan(exp64)
+    if unwritten.any():
+        problems.append(
+            f"{int(unwritten.sum())} of {out64.numel()} elements are NaN: never written, "
+            "or computed from memory outside the inputs"
+        )
+    finite = ~torch.isnan(out64) & ~torch.isnan(exp64)
+    error = float((out64[finite] - exp64[finite]).abs().max()) if finite.any() else float("nan")
+    scale = max(1.0, float(exp64.abs().max())) if exp64.numel() else 1.0
+    if finite.any() and error > rtol * scale:
+        i = int(torch.argmax(torch.where(finite, (out64 - exp64).abs(), torch.zeros_like(out64)).reshape(-1)))
+        where = tuple(int(k) for k in torch.unravel_index(torch.tensor(i), out64.shape))
+        problems.append(
+            f"wrong values, e.g. at {where}: got {out64.reshape(-1)[i].item():.6g}, expected {exp64.reshape(-1)[i].item():.6g}"
+        )
+    if problems:
+        return Verdict(False, error, "; ".join(problems))
+    return Verdict(True, error, "")
+
+
+def _is_kernel(fn: object) -> bool:
+    return hasattr(fn, "__getitem__") and hasattr(fn, "run")
+
+
+def require_kernel(fn: object) -> None:
+    """Raise ``TypeError`` unless ``fn`` is a ``@triton.jit`` kernel (a launcher needs ``fn[grid]``)."""
+    if not _is_kernel(fn):
+        raise TypeError(f"expected a @triton.jit kernel, got {type(fn).__name__}: is the kernel decorated with @triton.jit?")
+
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared by the chapters' launchers and cases
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewSpec:
+    """How a case lays out its [M, N] input: strides and storage offset of a view."""
+
+    shape: tuple[int, int]
+    strides: tuple[int, int]
+    offset: int = 0
+    dtype: torch.dtype = torch.float32
+
+
+
+def snapshot(*guards: Guarded) -> list[torch.Tensor]:
+    """Copies of the guards' whole buffers, to compare with after the kernel ran (:func:`changed`)."""
+    return [g.buffer.clone() for g in guards]
+
+
+def changed(guards: Sequence[Guarded], before: Sequence[torch.Tensor]) -> bool:
+    """True if a kernel wrote into any input buffer (NaN margins compare equal to themselves)."""
+    return not all(torch.equal(g.buffer.nan_to_num(7.0), b.nan_to_num(7.0)) for g, b in zip(guards, before))
+
+
+def synchronize(t: torch.Tensor) -> None:
+    """Wait for the GPU when ``t`` lives there (a kernel's writes are then visible)."""
+    if t.is_cuda:
+        torch.cuda.synchronize()
+
+
+def require_unit_column_stride(name: str, t: torch.Tensor) -> None:
+    """Row-wise exercises: rows may be strided, columns may not."""
+    if t.shape[1] > 1 and t.stride(1) != 1:
+        raise ValueError(f"{name} must have unit column stride in this exercise (rows may be strided)")
+
+
+def with_hint(verdict: Verdict, hint: str) -> Verdict:
+    """Add a hint to a failed verdict whose values are wrong (not to one that never wrote them)."""
+    if verdict.passed or not hint or "wrong values" not in verdict.detail:
+        return verdict
+    return Verdict(False, verdict.error, f"{verdict.detail}. {hint}")
