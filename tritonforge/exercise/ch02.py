@@ -28,6 +28,10 @@ from tritonforge.exercise.core import (
 )
 from tritonforge.reference import TOLERANCE
 
+# ----------------------------------------------------------------------------------------------
+# Exercise 2a (chapter 2): bias + ReLU over a strided 2-D view
+# ----------------------------------------------------------------------------------------------
+
 BIAS_RELU_BLOCK_M = 16
 BIAS_RELU_BLOCK_N = 16
 

@@ -31,6 +31,10 @@ from tritonforge.exercise.core import (
 from tritonforge.kernel_utils import round_bf16_by_hand
 from tritonforge.reference import TOLERANCE, rms_norm_ref
 
+# ----------------------------------------------------------------------------------------------
+# Exercise 3a (chapter 3): LayerNorm forward, one row per program
+# ----------------------------------------------------------------------------------------------
+
 LAYER_NORM_EPS = 1e-5
 
 
