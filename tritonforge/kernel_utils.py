@@ -7,6 +7,8 @@ here make that one call each.
 
 from __future__ import annotations
 
+import struct
+
 import torch
 
 from tritonforge import runtime
@@ -48,3 +50,11 @@ def acc_torch_dtype(dtype: torch.dtype) -> torch.dtype:
     """:func:`acc_dtype` as a torch dtype, for the buffers a kernel stores accumulator values in
     (RMSNorm's ``rstd`` and its ``dweight`` partial sums)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def split_float(value: float) -> tuple[float, float]:
+    """``(hi, lo)``: ``value`` rounded to float32, and the remainder. A Python float reaches a
+    kernel as float32 in Triton's interpreter whatever its annotation, so a float64 scalar
+    travels as these two float32 arguments; their sum in float64 carries 48 bits."""
+    hi = struct.unpack("f", struct.pack("f", value))[0]
+    return hi, value - hi

@@ -10,8 +10,9 @@ fused kernel reads x and y once and writes out once: three trips. For a memory-b
 is the whole speed-up, 5/3 in the limit.
 
 Arithmetic happens in float32 (16-bit inputs are upcast right after ``tl.load``: the
-interpreter computes bf16 wrongly otherwise) and the result is stored in the inputs' dtype.
-``alpha`` reaches the kernel as a float32 scalar.
+interpreter computes bf16 wrongly otherwise), float64 for float64 inputs, and the result is
+stored in the inputs' dtype. ``alpha`` reaches the kernel as two float32 scalars whose sum is
+alpha to 48 bits (:func:`tritonforge.kernel_utils.split_float`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import cast_for_store, round_bf16_by_hand
+from tritonforge.kernel_utils import acc_dtype, cast_for_store, round_bf16_by_hand, split_float
 from tritonforge.reference import axpy_ref
 
-AXPY_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+AXPY_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 BLOCK_SIZE = 1024  # elements per program: 4 KB of fp32 per operand, plenty to hide latency
 
 
@@ -34,16 +35,19 @@ def _axpy_kernel(
     x_ptr,  # *x, contiguous, n_elements values
     y_ptr,  # *y, contiguous, same dtype and length as x
     out_ptr,  # *out, contiguous, written in x's dtype
-    alpha,  # fp32 scalar
+    alpha_hi,  # alpha = alpha_hi + alpha_lo, two fp32 scalars (exact enough for float64 inputs)
+    alpha_lo,
     n_elements,  # runtime length: not constexpr, so every length shares one compiled kernel
     BLOCK: tl.constexpr,  # elements handled by one program (a power of two)
     ROUND_BF16: tl.constexpr,  # round bf16 by hand (the interpreter truncates): see kernel_utils
+    ACC_DTYPE: tl.constexpr,  # tl.float32, or tl.float64 for float64 inputs (gradcheck)
 ):
     pid = tl.program_id(0).to(tl.int64)  # int64: pid * BLOCK overflows int32 past 2**31 elements
     offsets = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements  # the last program's tail; unmasked, the interpreter may crash
-    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
-    y = tl.load(y_ptr + offsets, mask=mask).to(tl.float32)
+    x = tl.load(x_ptr + offsets, mask=mask).to(ACC_DTYPE)
+    y = tl.load(y_ptr + offsets, mask=mask).to(ACC_DTYPE)
+    alpha = tl.cast(alpha_hi, ACC_DTYPE) + tl.cast(alpha_lo, ACC_DTYPE)
     out = alpha * x + y
     tl.store(out_ptr + offsets, cast_for_store(out, out_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
@@ -62,7 +66,11 @@ def axpy_fwd(alpha: float, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor |
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     n = x_flat.numel()
     grid = (-(-n // BLOCK_SIZE),)  # ceil division
-    _axpy_kernel[grid](x_flat, y_flat, out.view(-1), float(alpha), n, BLOCK=BLOCK_SIZE, ROUND_BF16=round_bf16_by_hand(x.dtype))
+    alpha_hi, alpha_lo = split_float(float(alpha))
+    _axpy_kernel[grid](
+        x_flat, y_flat, out.view(-1), alpha_hi, alpha_lo, n,
+        BLOCK=BLOCK_SIZE, ROUND_BF16=round_bf16_by_hand(x.dtype), ACC_DTYPE=acc_dtype(x.dtype),
+    )  # fmt: skip
     return out
 
 
@@ -122,8 +130,8 @@ def axpy(alpha: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     ``torch.func`` transforms other than ``vmap`` take the PyTorch reference (a routed fallback).
 
     Args:
-        alpha: a real Python number (applied in float32).
-        x: float16, bfloat16 or float32 tensor of any shape.
+        alpha: a real Python number (applied in float32; float64 for float64 tensors).
+        x: float16, bfloat16, float32 or float64 tensor of any shape.
         y: tensor with x's shape, dtype and device.
 
     Returns:

@@ -65,14 +65,13 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import struct
 from typing import Optional
 
 import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import acc_dtype, acc_torch_dtype, cast_for_store, round_bf16_by_hand
+from tritonforge.kernel_utils import acc_dtype, acc_torch_dtype, cast_for_store, round_bf16_by_hand, split_float
 from tritonforge.reference import rms_norm_bwd_ref, rms_norm_ref, rms_norm_rstd_ref
 
 RMS_NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -92,7 +91,7 @@ def _rms_norm_fwd_kernel(
     x_row_stride,  # elements between rows of x (may differ from N)
     y_row_stride,  # elements between rows of y
     N,  # row length (runtime: every N shares one compiled kernel)
-    eps_hi,  # eps = eps_hi + eps_lo: eps rounded to fp32, and the remainder (see split_eps)
+    eps_hi,  # eps = eps_hi + eps_lo: eps rounded to fp32, and the remainder (see kernel_utils.split_float)
     eps_lo,
     BLOCK_N: tl.constexpr,  # columns per block (power of two)
     ROW_FITS: tl.constexpr,  # one pass, the row kept in registers (needs N <= BLOCK_N); else two passes
@@ -356,13 +355,6 @@ def _as_rows(t: torch.Tensor, N: int) -> torch.Tensor:
     return t.reshape(-1, N)  # a view unless the leading dims cannot share one row stride
 
 
-def split_eps(eps: float) -> tuple[float, float]:
-    """``(hi, lo)`` with ``hi`` = eps rounded to float32 and ``lo = eps - hi``: two float32
-    kernel arguments whose sum in float64 is eps to 48 bits (see the module docstring)."""
-    hi = struct.unpack("f", struct.pack("f", eps))[0]
-    return hi, eps - hi
-
-
 def out_dtype(x_dtype: torch.dtype, weight_dtype: torch.dtype) -> torch.dtype:
     """The output dtype: ``weight * normalized.to(x.dtype)`` promotes as in Hugging Face."""
     return x_dtype if x_dtype == weight_dtype else torch.promote_types(x_dtype, weight_dtype)
@@ -381,7 +373,7 @@ def rms_norm_fwd(
     y_rows = y.view(M, N)  # [M, N]
     rstd = _empty(M, dtype=acc_torch_dtype(x.dtype), device=x.device) if save_rstd else None  # [M]
     block_n, num_warps, one_pass = fwd_config(M, N, x.dtype)
-    eps_hi, eps_lo = split_eps(eps)
+    eps_hi, eps_lo = split_float(eps)
     _rms_norm_fwd_kernel[(M,)](
         x_rows, weight, y_rows, rstd if save_rstd else y_rows,  # without rstd the pointer is never touched
         x_rows.stride(0), y_rows.stride(0), N, eps_hi, eps_lo,

@@ -7,7 +7,6 @@ CPU sizes stay small: the interpreter costs about a millisecond per row.
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import pytest
@@ -15,12 +14,10 @@ import torch
 
 from tritonforge import runtime
 from tritonforge.reference import rms_norm_ref
-from tritonforge.ops.rmsnorm import RMSNormFunction, rms_norm, rms_norm_bwd, rms_norm_fwd
+from tritonforge.ops import rmsnorm as rms_norm_module
+from tritonforge.ops.rmsnorm import rms_norm, rms_norm_bwd, rms_norm_fwd
 
-from .helpers import assert_within_budget
-
-# The module itself (``tritonforge.ops.rmsnorm`` the attribute is the function once __init__ exports it).
-rms_norm_module = importlib.import_module("tritonforge.ops.rmsnorm")
+from ..helpers import assert_within_budget
 
 
 
@@ -122,7 +119,7 @@ def test_forward_matches_reference(shape, dtype, device):
 @pytest.mark.parametrize("shape", [(3, 65536), (2, 40000)], ids=str)
 def test_forward_long_rows_loop_over_column_blocks(shape, dtype, device):
     _skip_unsupported(dtype, device)
-    assert shape[-1] > rms_norm_module._row_config(shape[-1], dtype)[0]  # really the loop path
+    assert shape[-1] > rms_norm_module.row_config(shape[-1], dtype)[0]  # really the loop path
     x, weight = _inputs(shape, dtype, device)
     _check_forward(x, weight)
 
@@ -132,7 +129,7 @@ def test_forward_small_block_cap_many_column_blocks(dtype, device, monkeypatch):
     """A tiny block cap sends ordinary rows through the column loop (17 blocks, ragged tail)."""
     _skip_unsupported(dtype, device)
     monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64)
-    assert rms_norm_module._row_config(1000, dtype)[0] < 1000  # the patched cap reaches the cached config
+    assert rms_norm_module.row_config(1000, dtype)[0] < 1000  # the patched cap reaches the cached config
     x, weight = _inputs((5, 1000), dtype, device)
     _check_forward(x, weight)
 
@@ -143,14 +140,14 @@ def test_forward_measured_two_pass_exceptions(dtype, device, monkeypatch):
     as one block, re-read). MANY_ROWS lowered so that a few rows reach those paths here."""
     _skip_unsupported(dtype, device)
     monkeypatch.setattr(rms_norm_module, "MANY_ROWS", 2)
-    block, _, one_pass = rms_norm_module._fwd_config(3, 4096, dtype)
+    block, _, one_pass = rms_norm_module.fwd_config(3, 4096, dtype)
     assert not one_pass and block == (2048 if dtype == torch.bfloat16 else 4096)
     x, weight = _inputs((3, 4096), dtype, device)
     _check_forward(x, weight)
 
 
 def test_fwd_config_exceptions_apply_only_where_measured():
-    cfg = rms_norm_module._fwd_config
+    cfg = rms_norm_module.fwd_config
     many = rms_norm_module.MANY_ROWS
     assert cfg(many, 4096, torch.bfloat16) == (2048, 8, False)
     assert cfg(many, 4096, torch.float16) == (2048, 8, False)
@@ -158,7 +155,7 @@ def test_fwd_config_exceptions_apply_only_where_measured():
     assert cfg(many - 1, 4096, torch.bfloat16)[2] and cfg(1, 4096, torch.float32)[2]  # decode: one pass
     for n, dtype in ((8192, torch.bfloat16), (2048, torch.float32), (4096, torch.float64), (512, torch.float16),
                      (3000, torch.bfloat16), (4095, torch.float32)):
-        block, warps = rms_norm_module._row_config(n, dtype)
+        block, warps = rms_norm_module.row_config(n, dtype)
         assert cfg(many, n, dtype) == (block, warps, n <= block)
 
 
@@ -220,7 +217,7 @@ def test_inference_forward_skips_rstd_and_computes_the_same_y(shape, device, mon
     """No gradient wanted: no rstd is allocated or stored, and y is bit-identical to the
     rstd-saving launch (both row paths: 5000 > the patched block of 64 takes the loop)."""
     monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64 if shape[1] > 1000 else rms_norm_module.MAX_BLOCK_N)
-    assert (shape[1] > rms_norm_module._row_config(shape[1], torch.float32)[0]) == (shape[1] > 1000)
+    assert (shape[1] > rms_norm_module.row_config(shape[1], torch.float32)[0]) == (shape[1] > 1000)
     x, weight = _inputs(shape, torch.float32, device)
     y_inference, rstd = rms_norm_fwd(x, weight, 1e-6, save_rstd=False)
     y_training, _ = rms_norm_fwd(x, weight, 1e-6)
@@ -283,7 +280,7 @@ def test_backward_matches_reference_other_dtypes(dtype, device):
 @pytest.mark.parametrize("shape", [(11, 200), (3, 64)], ids=str)
 def test_backward_small_block_cap(shape, device, monkeypatch):
     monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64)  # backward block 32: loop path
-    assert shape[1] > rms_norm_module._row_config(shape[1], torch.float32, backward=True)[0]
+    assert shape[1] > rms_norm_module.row_config(shape[1], torch.float32, backward=True)[0]
     x, weight = _inputs(shape, torch.float32, device)
     _check_backward(x, weight)
 
@@ -293,7 +290,7 @@ def test_backward_only_the_gradients_asked_for(need_dx, need_dw, device, monkeyp
     x, weight = _inputs((10, 70), torch.float32, device)
     _check_backward(x, weight, need_dx=need_dx, need_dw=need_dw)
     monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 32)
-    assert 70 > rms_norm_module._row_config(70, torch.float32, backward=True)[0]  # now the column loop
+    assert 70 > rms_norm_module.row_config(70, torch.float32, backward=True)[0]  # now the column loop
     _check_backward(x, weight, need_dx=need_dx, need_dw=need_dw)
 
 
@@ -336,17 +333,16 @@ def test_poisoning_catches_unwritten_rows(device, monkeypatch):
     """The NaN fixture really works: a backward grid one program short leaves rows of dx unset."""
     x, weight = _inputs((16, 32), torch.float32, device)
     y, rstd = rms_norm_fwd(x, weight, 1e-6)
-    programs, rows = rms_norm_module._bwd_grid(16, x.device)
-    monkeypatch.setattr(rms_norm_module, "_bwd_grid", lambda M, dev, per_sm=1: (programs - 1, rows))
+    programs, rows = rms_norm_module.bwd_grid(16, x.device)
+    monkeypatch.setattr(rms_norm_module, "bwd_grid", lambda M, dev, per_sm=1: (programs - 1, rows))
     dx, _ = rms_norm_bwd(torch.randn_like(x), x, weight, rstd, compute_dweight=False)
     assert torch.isnan(dx[-rows:]).all() and not torch.isnan(dx[:-rows]).any()
 
 
-def test_not_twice_differentiable(device):
-    x, weight = _inputs((2, 8), torch.float64, device, requires_grad=True)
-    (gx,) = torch.autograd.grad(RMSNormFunction.apply(x, weight, 1e-6).sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError):
-        gx.sum().backward()
+def test_backward_route_is_recorded(device):
+    x, weight = _inputs((5, 40), torch.float32, device, requires_grad=True)
+    rms_norm(x, weight).sum().backward()
+    assert runtime.last_path("rms_norm_backward") == runtime.last_path("rms_norm") in ("interpreter", "triton")
 
 
 @pytest.mark.parametrize("shape", [(6, 37), (3, 5, 16), (1, 1)], ids=str)
@@ -358,8 +354,8 @@ def test_gradcheck_fp64_through_the_kernels(shape, device):
 
 def test_gradcheck_fp64_column_loop(device, monkeypatch):
     monkeypatch.setattr(rms_norm_module, "MAX_BLOCK_N", 64)  # fp64: fwd block 32, bwd block 16
-    assert rms_norm_module._row_config(75, torch.float64) == (32, 4)
-    assert rms_norm_module._row_config(75, torch.float64, backward=True)[0] == 16
+    assert rms_norm_module.row_config(75, torch.float64) == (32, 4)
+    assert rms_norm_module.row_config(75, torch.float64, backward=True)[0] == 16
     x, weight = _inputs((5, 75), torch.float64, device, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: rms_norm(a, b, 1e-3), (x, weight), fast_mode=True)
     _assert_kernel_ran()
@@ -374,7 +370,7 @@ def test_gradcheck_fp64_column_loop(device, monkeypatch):
 def test_row_config(N):
     for dtype in DTYPES:
         for backward in (False, True):
-            block, warps = rms_norm_module._row_config(N, dtype, backward=backward)
+            block, warps = rms_norm_module.row_config(N, dtype, backward=backward)
             assert block & (block - 1) == 0 and warps in (4, 8, 16)
             assert block <= rms_norm_module.MAX_BLOCK_N
             if N <= rms_norm_module.MAX_BLOCK_N // 4:  # every config keeps such rows in one block
@@ -383,18 +379,18 @@ def test_row_config(N):
 
 @pytest.mark.parametrize("M", [1, 7, 8, 37, 1000])
 def test_bwd_grid_covers_every_row_once(M, monkeypatch):
-    programs, rows = rms_norm_module._bwd_grid(M, torch.device("cpu"))
+    programs, rows = rms_norm_module.bwd_grid(M, torch.device("cpu"))
     assert programs * rows >= M > (programs - 1) * rows  # the last program has >= 1 row
     monkeypatch.setattr(runtime, "interpreting", lambda: False)  # the GPU sizing, any SM count
     monkeypatch.setattr(runtime, "sm_count", lambda index: 132)
     for per_sm in (1, 2, 3):
-        programs, rows = rms_norm_module._bwd_grid(M, torch.device("cuda", 0), per_sm)
+        programs, rows = rms_norm_module.bwd_grid(M, torch.device("cuda", 0), per_sm)
         assert programs * rows >= M > (programs - 1) * rows and programs <= 132 * per_sm
 
 
 def test_bwd_programs_per_sm_follows_the_measured_rule():
-    """Two programs per SM for rows of 8 KB, three below, one from 16 KB on or when unpipelined."""
-    per_sm = rms_norm_module._bwd_programs_per_sm
+    """Two programs per SM for row blocks of 8 KB, three below, one from 16 KB on or unpipelined."""
+    per_sm = rms_norm_module.bwd_programs_per_sm
     assert [per_sm(kb * 1024, 3) for kb in (2, 4, 8, 12, 16, 32)] == [3, 3, 2, 2, 1, 1]
     assert per_sm(4096, 1) == 1
 
@@ -474,18 +470,66 @@ def test_gpu_backward_large(shape, dtype):
     _check_backward(x, weight)
 
 
+SIMULATED_DEVICES = {  # name: (compute capability, shared memory per block, opt-in, bytes)
+    "T4": ((7, 5), 64 * 1024),
+    "A10/L4": ((8, 6), 99 * 1024),
+    "A100": ((8, 0), 163 * 1024),
+    "H100/H200": ((9, 0), 227 * 1024),
+}
+
+
+@pytest.mark.parametrize("name", SIMULATED_DEVICES)
+def test_backward_configurations_fit_the_device(name, monkeypatch):
+    """Every configuration the backward heuristics pick fits the simulated device's shared memory
+    per block (read from the driver, never inferred from the capability): each row length from
+    1 to 2**17 in every dtype. Pipelining needs cp.async (sm_80+), so the T4 never pipelines."""
+    capability, shared = SIMULATED_DEVICES[name]
+    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    monkeypatch.setattr(runtime, "device_capability", lambda device: capability)
+    monkeypatch.setattr(runtime, "shared_memory_per_block", lambda device: shared)
+    cuda = torch.device("cuda", 0)
+    pipelined = set()
+    for N in [2**k for k in range(18)] + [781, 3000, 5000]:
+        for dtype in DTYPES:
+            block_n, _ = rms_norm_module.row_config(N, dtype, backward=True)
+            stages = rms_norm_module.bwd_stages(block_n, dtype, cuda) if N <= block_n else 1
+            assert rms_norm_module.bwd_shared_bytes(block_n, dtype.itemsize, stages) <= shared, (N, dtype, stages)
+            if stages > 1:
+                pipelined.add(stages)
+    assert pipelined == ({3} if name in ("A10/L4", "A100", "H100/H200") else set())
+
+
 def test_backward_pipelines_only_where_it_fits(monkeypatch):
-    """3 stages on Ampere+ for rows up to 16 KB; never on a T4 (64 KB of shared memory), for
-    long rows, or off the compiled path."""
+    """3 stages for row blocks up to 16 KB where 96 KB of buffers fit; 2 where only they fit;
+    never for long rows or off the compiled path."""
     monkeypatch.setattr(runtime, "interpreting", lambda: False)
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(runtime, "device_capability", lambda device: (9, 0))
-    stages = rms_norm_module._bwd_stages
+    monkeypatch.setattr(runtime, "shared_memory_per_block", lambda device: 227 * 1024)
+    stages = rms_norm_module.bwd_stages
     assert stages(8192, torch.bfloat16, cuda) == 3 and stages(4096, torch.float32, cuda) == 3
     assert stages(8192, torch.float32, cuda) == 1 and stages(16384, torch.float16, cuda) == 1
     assert stages(8192, torch.bfloat16, torch.device("cpu")) == 1
+    monkeypatch.setattr(runtime, "shared_memory_per_block", lambda device: 80 * 1024)  # a smaller part
+    assert stages(8192, torch.bfloat16, cuda) == 2 and stages(2048, torch.bfloat16, cuda) == 3
     monkeypatch.setattr(runtime, "device_capability", lambda device: (7, 5))
     assert stages(1024, torch.float16, cuda) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N,dtype", [(8192, torch.bfloat16), (4096, torch.float32), (2048, torch.float16), (781, torch.float16)], ids=str)
+def test_gpu_backward_shared_memory_estimate_bounds_the_compiled_kernel(N, dtype):
+    """bwd_shared_bytes is an upper bound of what Triton really allocates (the compiled kernel's
+    metadata), so a configuration that fits by the estimate fits on the device."""
+    kernel = rms_norm_module._rms_norm_bwd_kernel
+    kernel.device_caches.clear()  # only this test's compilation is inspected below
+    x, weight = _inputs((4096, N), dtype, "cuda", requires_grad=True)
+    rms_norm(x, weight).sum().backward()
+    block_n, _ = rms_norm_module.row_config(N, dtype, backward=True)
+    stages = rms_norm_module.bwd_stages(block_n, dtype, x.device)
+    used = [compiled.metadata.shared for cache in kernel.device_caches.values() for compiled in cache[0].values()]
+    assert len(used) == 1 and stages > 1
+    assert used[0] <= rms_norm_module.bwd_shared_bytes(block_n, dtype.itemsize, stages), (used, stages)
 
 
 @pytest.mark.gpu
@@ -497,8 +541,8 @@ def test_gpu_gradcheck_fp64(shape):
 
 
 def test_autograd_only_when_a_gradient_can_be_asked_for(device):
-    """Without requires_grad (or under no_grad) the call skips the autograd.Function (host time);
-    with it, the output carries the Function's backward."""
+    """Without requires_grad (or under no_grad) the call skips the operator's autograd (and its
+    dispatcher: host time); with it, the output carries the operator's backward."""
     x = torch.randn(4, 33, device=device)
     w = torch.randn(33, device=device)
     plain = rms_norm(x, w)
@@ -507,5 +551,5 @@ def test_autograd_only_when_a_gradient_can_be_asked_for(device):
     with torch.no_grad():
         assert rms_norm(x, w).grad_fn is None
     tracked = rms_norm(x, w)
-    assert tracked.grad_fn is not None and "RMSNormFunction" in type(tracked.grad_fn).__name__
+    assert tracked.grad_fn is not None
     torch.testing.assert_close(tracked.detach(), plain)

@@ -7,7 +7,7 @@ import tritonforge as tfg
 from tritonforge.ops.fused_axpy import axpy_fwd
 from tritonforge.reference import axpy_ref
 
-from .helpers import assert_within_budget
+from ..helpers import assert_within_budget
 
 SHAPES = [(1,), (7,), (1000,), (1025,), (3, 7, 5), (2**16 + 3,)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
