@@ -21,7 +21,6 @@ def kernel_source(kernel) -> str:
     return inspect.getsource(getattr(kernel, "fn", kernel))
 
 
-
 # ----------------------------------------------------------------------------------------------
 # The picture of a launch: which program touches which element (chapter 2's figure)
 # ----------------------------------------------------------------------------------------------

@@ -282,7 +282,6 @@ def require_kernel(fn: object) -> None:
         raise TypeError(f"expected a @triton.jit kernel, got {type(fn).__name__}: is the kernel decorated with @triton.jit?")
 
 
-
 # ----------------------------------------------------------------------------------------------
 # Shared by the chapters' launchers and cases
 # ----------------------------------------------------------------------------------------------
@@ -296,7 +295,6 @@ class ViewSpec:
     strides: tuple[int, int]
     offset: int = 0
     dtype: torch.dtype = torch.float32
-
 
 
 def snapshot(*guards: Guarded) -> list[torch.Tensor]:
