@@ -163,7 +163,7 @@ def test_forward_row_strided_view_is_read_in_place(device):
     big = torch.randn(17, 300, device=device)
     x = big[:, :257]  # row stride 300 != N
     weight = _inputs((257,), torch.float32, device)[1]
-    rows = rms_norm_module._as_rows(x, 257)
+    rows = rms_norm_module.as_rows(x, 257)
     assert rows.data_ptr() == x.data_ptr() and rows.stride() == (300, 1)  # no copy
     _check_forward(x, weight)
 
@@ -172,7 +172,7 @@ def test_forward_3d_strided_views(device):
     big = torch.randn(4, 5, 40, device=device)
     weight = _inputs((33,), torch.float32, device)[1]
     mergeable = big[:, :, :33]  # leading dims flatten to one row stride: read in place
-    assert rms_norm_module._as_rows(mergeable, 33).data_ptr() == mergeable.data_ptr()
+    assert rms_norm_module.as_rows(mergeable, 33).data_ptr() == mergeable.data_ptr()
     _check_forward(mergeable, weight)
     _check_forward(big[:, 1:4, :33], weight)  # leading dims don't flatten: copied, still right
 

@@ -346,7 +346,7 @@ def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tenso
     return torch.empty(*shape, dtype=dtype, device=device)
 
 
-def _as_rows(t: torch.Tensor, N: int) -> torch.Tensor:
+def as_rows(t: torch.Tensor, N: int) -> torch.Tensor:
     """``[..., N] -> [M, N]`` with unit column stride: a view whenever the layout allows one."""
     if N > 1 and t.stride(-1) != 1:
         t = t.contiguous()  # e.g. a transposed view: the kernels need unit stride along a row
@@ -366,7 +366,7 @@ def rms_norm_fwd(
     """Launch the forward kernel. Returns ``(y, rstd)``: y a new contiguous tensor of x's shape,
     rstd ``[M]`` (``None`` with ``save_rstd=False``: inference allocates and stores none)."""
     N = x.shape[-1]
-    x_rows = _as_rows(x, N)  # [M, N]
+    x_rows = as_rows(x, N)  # [M, N]
     weight = weight.contiguous()  # [N]; a copy only for a strided weight view
     M = x_rows.shape[0]
     y = _empty(*x.shape, dtype=out_dtype(x.dtype, weight.dtype), device=x.device)  # x's shape, owns its storage
@@ -396,8 +396,8 @@ def rms_norm_bwd(
     """Launch the backward kernel. Returns ``(dx, dweight)`` (``None`` for a gradient not asked):
     dx in x's dtype and shape, dweight in weight's dtype."""
     N = x.shape[-1]
-    x_rows = _as_rows(x, N)  # [M, N]
-    dy_rows = _as_rows(dy, N)  # [M, N]; a copy when dy is not row-major (e.g. expanded)
+    x_rows = as_rows(x, N)  # [M, N]
+    dy_rows = as_rows(dy, N)  # [M, N]; a copy when dy is not row-major (e.g. expanded)
     weight = weight.contiguous()  # [N]
     M = x_rows.shape[0]
     device = x.device

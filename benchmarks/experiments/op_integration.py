@@ -1,0 +1,132 @@
+"""How an op should meet PyTorch, measured: host time of plain launches against the retired
+cached launcher, and the op inside compiled and CUDA-graph-captured functions.
+
+Part 1 (``launch``): host µs per eager inference call of ``tfg.rms_norm`` and ``tfg.axpy`` at
+decode sizes (2000 calls issued back to back after 50 warm-up calls, one synchronize at the end,
+median of three repeats), beside ``triton.testing.do_bench``'s median (µs). Run it once with the
+package of this checkout and once with an older checkout on PYTHONPATH (the retired
+CachedLauncher, commit c0557ec) to compare launchers on one machine.
+
+Part 2 (``compiled``, this checkout only): ``f(x, w) = rms_norm(x * 2, w) + 1`` compiled with
+``fullgraph=True`` in Inductor's default mode and in ``reduce-overhead`` (CUDA graphs), three
+ways: the package's op (a ``torch.library.custom_op`` whose body routes and launches), the same
+forward kernel registered as a ``torch.library.triton_op`` (its body traced by Inductor, which
+then launches the kernel from generated code), and the Hugging Face formula compiled in the same
+mode. Host µs per call (as above) and ``do_bench`` µs.
+
+Usage (CUDA GPU, repository root):
+  PYTHONPATH=. python benchmarks/experiments/op_integration.py launch  after.json
+  PYTHONPATH=OLD python benchmarks/experiments/op_integration.py launch before.json
+  PYTHONPATH=. python benchmarks/experiments/op_integration.py compiled compiled.json
+"""
+
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+import tritonforge as tfg  # first: it decides the interpreter flag before triton loads
+import triton
+import triton.testing
+
+SHAPES = ((1, 4096), (1, 8192), (64, 8192), (256, 8192))
+DTYPES = (torch.bfloat16, torch.float32)
+
+
+def host_us(call, calls=2000, repeats=3):
+    """Median over ``repeats`` of the wall time per call of ``calls`` back-to-back calls."""
+    for _ in range(50):
+        call()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def bench_us(call):
+    return triton.testing.do_bench(call, warmup=25, rep=200) * 1e3
+
+
+def launch_rows():
+    rows = []
+    for dtype in DTYPES:
+        for m, n in SHAPES:
+            x = torch.randn(m, n, device="cuda", dtype=dtype)
+            w = torch.randn(n, device="cuda", dtype=dtype)
+            y = torch.randn(m, n, device="cuda", dtype=dtype)
+            for op, call in (("rms_norm", lambda: tfg.rms_norm(x, w, 1e-6)), ("axpy", lambda: tfg.axpy(1.5, x, y))):
+                rows.append(dict(op=op, dtype=str(dtype).replace("torch.", ""), shape=[m, n],
+                                 host_us=host_us(call), do_bench_us=bench_us(call)))  # fmt: skip
+                print(rows[-1], flush=True)
+    return rows
+
+
+def triton_op_rms_norm():
+    """The package's forward kernel behind torch.library.triton_op (inference only, no routing):
+    the alternative to a custom op, whose body Inductor traces and whose launch it generates."""
+    from tritonforge import kernel_utils
+    from tritonforge.ops import rmsnorm as m
+
+    @torch.library.triton_op("tfexperiment::rms_norm", mutates_args=())
+    def rms_norm_traced(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        M, N = x.shape
+        y = torch.empty_like(x)
+        block_n, num_warps, one_pass = m.fwd_config(M, N, x.dtype)
+        eps_hi, eps_lo = kernel_utils.split_float(eps)
+        torch.library.wrap_triton(m._rms_norm_fwd_kernel)[(M,)](
+            x, weight, y, y, x.stride(0), y.stride(0), N, eps_hi, eps_lo,
+            BLOCK_N=block_n, ROW_FITS=one_pass, ACC_DTYPE=kernel_utils.acc_dtype(x.dtype),
+            ROUND_BF16=False, STORE_RSTD=False, num_warps=num_warps,
+        )  # fmt: skip
+        return y
+
+    return rms_norm_traced
+
+
+def compiled_rows():
+    from tritonforge.reference import rms_norm_ref
+
+    traced = triton_op_rms_norm()
+    variants = {
+        "tritonforge (custom_op)": lambda x, w: tfg.rms_norm(x * 2.0, w, 1e-6) + 1.0,
+        "triton_op (traced)": lambda x, w: traced(x * 2.0, w, 1e-6) + 1.0,
+        "HF formula": lambda x, w: rms_norm_ref(x * 2.0, w, 1e-6) + 1.0,
+    }
+    rows = []
+    for dtype in DTYPES:
+        for m, n in SHAPES:
+            x = torch.randn(m, n, device="cuda", dtype=dtype)
+            w = torch.randn(n, device="cuda", dtype=dtype)
+            expected = variants["HF formula"](x, w)
+            for mode in ("default", "reduce-overhead"):
+                for name, fn in variants.items():
+                    torch._dynamo.reset()
+                    compiled = torch.compile(fn, fullgraph=True, mode=mode, dynamic=False)
+                    for _ in range(3):
+                        out = compiled(x, w)
+                    err = ((out.double() - expected.double()).abs().max() / expected.double().abs().max()).item()
+                    rows.append(dict(impl=name, mode=mode, dtype=str(dtype).replace("torch.", ""), shape=[m, n],
+                                     host_us=host_us(lambda: compiled(x, w), calls=1000),
+                                     do_bench_us=bench_us(lambda: compiled(x, w)), rel_err_vs_hf=err))  # fmt: skip
+                    print(rows[-1], flush=True)
+    return rows
+
+
+def main():
+    part, out = sys.argv[1], sys.argv[2]
+    rows = launch_rows() if part == "launch" else compiled_rows()
+    meta = dict(part=part, device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                tritonforge_file=tfg.__file__, date=time.strftime("%Y-%m-%d"))  # fmt: skip
+    with open(out, "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
