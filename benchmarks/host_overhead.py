@@ -3,10 +3,11 @@
 For decode-sized inputs the kernel itself runs in a few microseconds; what a caller waits for is
 the Python work around the launch. This script measures, for each implementation:
   host µs/call   - wall time of 2000 back-to-back calls, one synchronize at the end;
-  device µs/call - time of the same call replayed from a CUDA graph (no Python at all);
+  device µs/call - the same call replayed from a CUDA graph (no Python at all): bench.device_time_us,
+                   triton.testing.do_bench_cudagraph (median);
   do_bench µs    - what the harness reports (triton.testing.do_bench median, L2 cleared per rep).
-Then it splits our host time into layers (allocation, Triton's launch, our cached launch, the
-launcher function, the public call) and prints the top entries of a cProfile of our own call. Usage: python benchmarks/host_overhead.py [out.json]
+Then it splits our host time into layers (allocation, Triton's launch, the launcher function,
+the public call) and prints the top entries of a cProfile of our own call. Usage: python benchmarks/host_overhead.py [out.json]
 """
 
 import cProfile
@@ -21,6 +22,7 @@ import torch
 
 import tritonforge as tfg  # noqa: I001 (first: it decides the interpreter flag before triton)
 from tritonforge import bench
+from tritonforge.kernel_utils import split_float
 import triton.language as tl
 import triton.testing
 
@@ -53,7 +55,7 @@ for dtype in (torch.bfloat16, torch.float32):
                 row = {"impl": name, "dtype": str(dtype)[6:], "shape": [m, n], "host_us": host_us(call)}
                 row["do_bench_us"] = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
                 try:
-                    row["graph_us"] = bench.graph_replay_us(call, replays=200)
+                    row["graph_us"] = bench.device_time_us(call)
                 except Exception as exc:  # noqa: BLE001
                     row["graph_us"] = None
                     row["graph_error"] = f"{type(exc).__name__}: {exc}"[:200]
@@ -68,13 +70,12 @@ for dtype in (torch.bfloat16, torch.float32):
 rms_norm_module = importlib.import_module("tritonforge.ops.rmsnorm")
 x, w = bench.rmsnorm_inputs(1, 8192, torch.bfloat16, "cuda")
 y = torch.empty_like(x)
-block_n, num_warps = rms_norm_module._row_config(8192, torch.bfloat16)
+block_n, num_warps = rms_norm_module.row_config(8192, torch.bfloat16)
 constexprs = dict(BLOCK_N=block_n, ROW_FITS=True, ACC_DTYPE=tl.float32, ROUND_BF16=False, STORE_RSTD=False, num_warps=num_warps)
-args = (x, w, y, y, x.stride(0), y.stride(0), 8192, EPS)
+args = (x, w, y, y, x.stride(0), y.stride(0), 8192, *split_float(EPS))
 layers = {
     "torch.empty (the output)": lambda: torch.empty(1, 8192, dtype=torch.bfloat16, device="cuda"),
     "Triton's own launch: kernel[grid](...)": lambda: rms_norm_module._rms_norm_fwd_kernel[(1,)](*args, **constexprs),
-    "CachedLauncher (key + direct launch)": lambda: rms_norm_module._launch_fwd((1,), *args, **constexprs),
     "rms_norm_fwd (+ layout, allocation)": lambda: rms_norm_module.rms_norm_fwd(x, w, EPS, save_rstd=False),
     "tfg.rms_norm (+ checks, routing)": lambda: tfg.rms_norm(x, w, EPS),
 }
@@ -93,4 +94,4 @@ text = io.StringIO()
 pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
 print(text.getvalue()[:6000])
 if len(sys.argv) > 1:
-    json.dump({"rows": rows, "host_split_1x8192_bf16": split, "profile_top": text.getvalue()[:20000], "torch": torch.__version__}, open(sys.argv[1], "w"), indent=1)
+    json.dump({"schema": bench.results.HOST_OVERHEAD_SCHEMA, "rows": rows, "host_split_1x8192_bf16": split, "profile_top": text.getvalue()[:20000], "torch": torch.__version__}, open(sys.argv[1], "w"), indent=1)

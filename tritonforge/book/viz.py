@@ -20,7 +20,10 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Optional, Sequence
 
-from tritonforge.bench import SAME_SIZE_COPY, Ceilings, Results, shape_label
+from tritonforge.bench.costs import Ceilings
+from tritonforge.bench.report import shape_label
+from tritonforge.bench.results import Results
+from tritonforge.bench.suites import SAME_SIZE_COPY
 
 METRIC_LABELS = {
     "fraction_of_ceiling": "fraction of the measured ceiling",
@@ -47,7 +50,7 @@ POINT_MARKERS = "osD^vP*X"
 
 
 def as_results(results) -> Results:
-    """Accept a :class:`~tritonforge.bench.Results` or a ``{"metadata", "rows"}`` dict."""
+    """Accept a :class:`~tritonforge.bench.results.Results` or a ``{"metadata", "rows"}`` dict."""
     if isinstance(results, Results):
         return results
     if isinstance(results, Mapping) and "rows" in results:
@@ -75,7 +78,7 @@ def plot_bench(
     """Grouped bars: one group per ``x`` value, one bar per implementation, one panel per dtype.
 
     Args:
-        results: :class:`~tritonforge.bench.Results` (from ``load_results`` or a live run) or a
+        results: :class:`~tritonforge.bench.results.Results` (from ``load_results`` or a live run) or a
             dict with ``metadata`` and ``rows``.
         x: the row field along the x axis (``"shape"`` by default).
         metric: the row field plotted: ``fraction_of_ceiling`` (default), ``us``, ``gbps``,
@@ -175,7 +178,7 @@ def roofline(
 
     Args:
         ax: a matplotlib Axes.
-        ceilings: :class:`~tritonforge.bench.Ceilings`, its dict form, or Results carrying them.
+        ceilings: :class:`~tritonforge.bench.costs.Ceilings`, its dict form, or Results carrying them.
         points: dicts with ``intensity`` (FLOP/byte) and ``tflops``, and optionally ``label`` and
             ``group``; result rows with bytes/flops/us are converted with :func:`roofline_points`.
         dtypes: which matmul roofs to draw (default: every one measured).

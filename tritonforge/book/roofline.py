@@ -16,7 +16,10 @@ rsqrt on one element is one FLOP; per-row work (one rsqrt per row) is ignored ne
 work. Byte counts are the *minimum* traffic: each input read once, each output written once.
 
 The device table holds datasheet numbers (cited in the book's references); the measured
-ceilings of a real run come from :mod:`tritonforge.bench` and replace them when available.
+ceilings of a real run come from :mod:`tritonforge.bench` and replace them when available. The
+cost formulas and the time floor itself are :mod:`tritonforge.bench.costs`, shared with the
+harness and the exercises; this module adds the ops a decoder has that the harness does not time
+yet, the datasheets, and the prediction.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Optional
 
 import torch
 
-from tritonforge.bench import Cost, elem_size, matmul_flops, rmsnorm_forward_cost
+from tritonforge.bench.costs import Cost, elem_size, matmul_flops, rmsnorm_forward_cost, time_floor_us
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +144,8 @@ class Prediction:
 def predict(cost: Cost, *, gbps: float, tflops: float) -> Prediction:
     """Time floor of ``cost`` on a device with memory roof ``gbps`` and compute roof ``tflops``."""
     return Prediction(
-        memory_us=cost.bytes / (gbps * 1e9) * 1e6,
-        math_us=cost.flops / (tflops * 1e12) * 1e6,
+        memory_us=time_floor_us(cost.bytes, gbps=gbps),
+        math_us=time_floor_us(flops=cost.flops, tflops=tflops),
         intensity=intensity(cost),
         ridge=tflops * 1e12 / (gbps * 1e9),
     )

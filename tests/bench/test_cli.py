@@ -1,0 +1,64 @@
+"""``python -m tritonforge.bench``: arguments, the no-GPU exit, and ``show`` (tritonforge.bench.cli)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tritonforge import bench
+
+from .fakes import REPO_ROOT, synthetic_results
+
+needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a CUDA GPU")
+
+
+def test_parse_shapes_and_dtypes():
+    assert bench.parse_shapes("4096x512,1×8192") == [(4096, 512), (1, 8192)]
+    assert bench.parse_shapes("2^20,1048576") == [(2**20,), (2**20,)]
+    assert bench.parse_dtypes("fp32, bf16,fp16") == [torch.float32, torch.bfloat16, torch.float16]
+    with pytest.raises(Exception, match="dtype"):
+        bench.parse_dtypes("int8")
+    with pytest.raises(Exception, match="shape"):
+        bench.parse_shapes("4096 by 512")
+
+
+def test_help_lists_every_suite():
+    done = subprocess.run([sys.executable, "-m", "tritonforge.bench", "--help"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for suite in (*bench.SUITES, "all", "show"):
+        assert suite in done.stdout
+
+
+@needs_no_gpu
+def test_cli_without_gpu_exits_with_a_message():
+    done = subprocess.run(
+        [sys.executable, "-m", "tritonforge.bench", "ceilings"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "need a CUDA GPU" in done.stderr
+    assert "recorded GPU results" in done.stderr and "benchmarks/results" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_cli_show_prints_recorded_results(tmp_path):
+    bench.write_results(synthetic_results(), tmp_path / "rmsnorm-nvidia-h200-2026-11-29.json")
+    done = subprocess.run(
+        [sys.executable, "-m", "tritonforge.bench", "show", str(tmp_path)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "recorded on NVIDIA H200" in done.stdout and "## rmsnorm" in done.stdout
+
+
+def test_cli_show_prints_the_committed_results():
+    done = subprocess.run([sys.executable, "-m", "tritonforge.bench", "show", "benchmarks/results"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for suite in bench.SUITES:
+        assert f"## {suite}" in done.stdout

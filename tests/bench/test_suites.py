@@ -1,0 +1,277 @@
+"""The suites on a CPU, with a fake timer: each row is checked against float64 before it is
+timed, wrong rows are not timed, and the fractions follow the formulas (tritonforge.bench.suites).
+The real suites run only on a GPU (the tests marked gpu at the end)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from tritonforge import bench
+
+from .fakes import FakeTimer
+
+# ----------------------------------------------------------------------------------------------
+# The generic runner, on a toy op
+# ----------------------------------------------------------------------------------------------
+
+
+def toy_implementations(impls=None, *, cuda_graphs=False):
+    table = {
+        "good": lambda: (lambda x, s: x * s),
+        "planted-wrong": lambda: (lambda x, s: x * (s + 1)),
+        "missing": "not installed here",
+    }
+    return {name: maker for name, maker in table.items() if impls is None or name in impls}
+
+
+TOY = bench.OpSpec(
+    suite="toy",
+    op="scale",
+    shapes=((3, 5), (1, 7)),
+    quick_shapes=((1, 7),),
+    make_inputs=lambda shape, dtype, device: {"x": torch.randn(*shape, dtype=dtype, device=device), "s": 2.0},
+    call=lambda fn, inputs: fn(inputs["x"], inputs["s"]),
+    reference=lambda x, s: x * s,
+    cost=lambda shape, dtype: bench.Cost(2 * shape[0] * shape[1] * bench.elem_size(dtype), None, "bytes = 2·M·N·elem", "copy"),
+    implementations=toy_implementations,
+    routed_op="scale",
+    device_time=True,
+)
+
+
+def test_the_runner_runs_a_toy_spec_on_cpu():
+    timer = FakeTimer(us=4.0)
+    seen = []
+
+    def device_timer(fn, grad_to_none=None):
+        seen.append(fn)
+        return 1.0
+
+    rows = bench.run_op_suite(TOY, bench.Ceilings(0.01, {}), dtypes=[torch.float32], device="cpu", timer=timer,
+                              device_timer=device_timer)  # fmt: skip
+    assert [(r["impl"], r["shape"]) for r in rows] == [
+        (impl, shape) for shape in ([3, 5], [1, 7]) for impl in ("good", "planted-wrong", "missing")
+    ]
+    by_status = {r["impl"]: r["status"] for r in rows}
+    assert by_status == {"good": "ok", "planted-wrong": "wrong", "missing": "unavailable"}
+    good = [r for r in rows if r["impl"] == "good"]
+    assert all(r["suite"] == "toy" and r["op"] == "scale" and r["max_rel_err"] == 0.0 for r in good)
+    assert [r["device_us"] for r in good] == [1.0, 1.0] and len(seen) == 2
+    assert good[0]["bytes"] == 2 * 15 * 4 and good[0]["fraction_of_ceiling"] == pytest.approx(120 / 4e-6 / 1e9 / 0.01)
+    assert timer.calls == 2  # only the correct rows were timed
+    assert [r["note"] for r in rows if r["impl"] == "missing"] == ["not installed here"] * 2
+    quick = bench.run_op_suite(TOY, None, dtypes=[torch.float32], impls=["good"], quick=True, device="cpu", timer=timer)
+    assert [r["shape"] for r in quick] == [[1, 7]] and quick[0]["device_us"] is None  # no device timer given
+
+
+def test_the_runner_checks_every_gradient_of_a_backward_spec():
+    def implementations(impls=None, *, cuda_graphs=False):
+        return {
+            "good": lambda: (lambda x, w: x * x * w),
+            "wrong-dx": lambda: (lambda x, w: x.detach() * x * w),  # half of dx missing
+        }
+
+    spec = dataclasses.replace(
+        TOY,
+        make_inputs=lambda shape, dtype, device: {"x": torch.randn(*shape, dtype=dtype), "w": torch.randn(shape[-1], dtype=dtype),
+                                                  "dy": torch.randn(*shape, dtype=dtype)},  # fmt: skip
+        call=lambda fn, inputs: fn(inputs["x"], inputs["w"]),
+        reference=lambda x, w: x * x * w,
+        implementations=implementations,
+        backward=True,
+        grads=("x", "w"),
+        device_time=False,
+    )
+    timer = FakeTimer()
+    rows = bench.run_op_suite(spec, None, dtypes=[torch.float64], shapes=[(4, 6)], device="cpu", timer=timer)
+    status = {r["impl"]: r for r in rows}
+    assert status["good"]["status"] == "ok" and status["good"]["max_rel_err"] < 1e-12
+    assert status["wrong-dx"]["status"] == "wrong" and status["wrong-dx"]["max_rel_err"] == pytest.approx(0.5, abs=0.01)
+    assert timer.calls == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# The op suites' specs
+# ----------------------------------------------------------------------------------------------
+
+
+def test_each_op_suite_is_a_spec_in_the_registry():
+    assert set(bench.OP_SPECS) == {"axpy", "rmsnorm", "rmsnorm-bwd"}
+    assert set(bench.OP_SPECS) | {"ceilings", "profile-eager-rmsnorm"} == set(bench.SUITES)
+    forward, both = bench.RMSNORM_FORWARD, bench.RMSNORM_FORWARD_BACKWARD
+    assert not forward.backward and both.backward and both.grads == ("x", "weight")
+    assert forward.device_time and both.device_time and not bench.AXPY.device_time
+    assert bench.SAME_SIZE_COPY in forward.baselines and not both.baselines
+
+
+@pytest.mark.parametrize("spec", list(bench.OP_SPECS.values()), ids=list(bench.OP_SPECS))
+def test_compiled_cuda_graph_rows_only_on_a_gpu(spec):
+    """The reduce-overhead rows are listed for a CUDA device and never for a CPU one (nothing here
+    compiles: the table holds makers)."""
+    on_cpu = spec.impl_table(None, "cpu")
+    assert not set(bench.CUDA_GRAPH_IMPLS) & set(on_cpu)
+    on_gpu = spec.impl_table(None, "cuda")
+    if spec.suite.startswith("rmsnorm"):
+        assert list(on_gpu)[-2:] == [bench.COMPILED_CUDA_GRAPHS, bench.TORCH_COMPILE_CUDA_GRAPHS]
+        assert list(on_gpu)[:-2] == list(on_cpu)
+    else:
+        assert not set(bench.CUDA_GRAPH_IMPLS) & set(on_gpu)
+
+
+def test_axpy_suite_bookkeeping(device):
+    timer = FakeTimer()
+    rows = bench.run_op_suite(bench.AXPY, bench.Ceilings(100.0, {}), dtypes=[torch.float32], shapes=[(1000,)],
+                              impls=["tritonforge", "eager"], device=device, timer=timer)  # fmt: skip
+    assert [r["impl"] for r in rows] == ["tritonforge", "eager"]
+    for row in rows:
+        assert row["status"] == "ok", row["note"]
+        assert row["shape"] == [1000] and row["bytes"] == 3 * 1000 * 4 and row["max_rel_err"] < 1e-6
+        assert row["fraction_of_ceiling"] == pytest.approx(12000 / 10e-6 / 1e9 / 100.0)
+        assert row["device_us"] is None
+    assert timer.calls == 2
+
+
+def test_rmsnorm_suites_on_cpu_check_every_peer():
+    ceilings = bench.Ceilings(100.0, {})
+    for spec in (bench.RMSNORM_FORWARD, bench.RMSNORM_FORWARD_BACKWARD):
+        rows = bench.run_op_suite(spec, ceilings, dtypes=[torch.float32], shapes=[(3, 40)],
+                                  impls=["hf-eager", "F.rms_norm", "liger"], device="cpu", timer=FakeTimer())  # fmt: skip
+        by_impl = {r["impl"]: r for r in rows}
+        for impl in ("hf-eager", "F.rms_norm"):
+            assert by_impl[impl]["status"] == "ok", by_impl[impl]["note"]
+            assert by_impl[impl]["max_rel_err"] < 1e-5
+        if bench.liger_version() is None:
+            assert by_impl["liger"]["status"] == "unavailable" and "liger" in by_impl["liger"]["note"]
+
+
+def test_rmsnorm_rows_check_our_kernel(device):
+    for spec in (bench.RMSNORM_FORWARD, bench.RMSNORM_FORWARD_BACKWARD):
+        rows = bench.run_op_suite(spec, bench.Ceilings(100.0, {}), dtypes=[torch.float32], shapes=[(2, 64)],
+                                  impls=["tritonforge"], device=device, timer=FakeTimer())  # fmt: skip
+        # Our kernel (interpreted on a CPU, compiled on a GPU) must pass the float64 check, under strict routing.
+        assert rows[0]["status"] == "ok", rows[0]["note"]
+
+
+def test_our_row_is_an_error_when_the_call_falls_back(monkeypatch):
+    """Strict routing in the check: a row named tritonforge must time the kernel, not the reference."""
+    from tritonforge import runtime
+
+    monkeypatch.setattr(runtime, "last_path", lambda op: "torch")
+    rows = bench.run_op_suite(bench.RMSNORM_FORWARD, None, dtypes=[torch.float32], shapes=[(2, 64)],
+                              impls=["tritonforge", "hf-eager"], device="cpu", timer=FakeTimer())  # fmt: skip
+    assert rows[0]["status"] == "error" and "fallback" in rows[0]["note"]
+    assert rows[1]["status"] == "ok"
+
+
+def test_forward_suite_measures_a_same_size_copy_at_every_shape(device):
+    """The baseline row copies x's bytes and is checked like any implementation."""
+    rows = bench.run_op_suite(bench.RMSNORM_FORWARD, bench.Ceilings(100.0, {}), dtypes=[torch.float32],
+                              shapes=[(3, 40), (2, 64)], impls=["hf-eager", bench.SAME_SIZE_COPY], device=device,
+                              timer=FakeTimer())  # fmt: skip
+    copies = [r for r in rows if r["impl"] == bench.SAME_SIZE_COPY]
+    assert [r["shape"] for r in copies] == [[3, 40], [2, 64]]
+    for row in copies:
+        assert row["op"] == "copy" and row["status"] == "ok" and row["max_rel_err"] == 0.0
+        assert row["bytes"] == 2 * row["shape"][0] * row["shape"][1] * 4 and row["ceiling"] == "copy"
+        assert row["suite"] == "rmsnorm" and row["device_us"] is None
+    named = bench.run_op_suite(bench.RMSNORM_FORWARD, bench.Ceilings(100.0, {}), dtypes=[torch.float32],
+                               shapes=[(3, 40)], impls=["hf-eager"], device=device, timer=FakeTimer())  # fmt: skip
+    assert [r["impl"] for r in named] == ["hf-eager"]  # --impls without it leaves it out
+
+
+# ----------------------------------------------------------------------------------------------
+# Profile
+# ----------------------------------------------------------------------------------------------
+
+
+def test_summarize_kernels_counts_full_tensor_passes():
+    from types import SimpleNamespace
+
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+    m, n = 4, 8
+
+    def op(name, shapes, kernels):
+        launched = [SimpleNamespace(name=k) for k in kernels]
+        return SimpleNamespace(name=name, device_type=cpu, input_shapes=shapes, kernels=launched)
+
+    def kernel(name):
+        return SimpleNamespace(name=name, device_type=cuda, input_shapes=[], kernels=[])
+
+    events = [
+        op("aten::copy_", [[m, n], [m, n], []], ["cast"]), kernel("cast"),
+        op("aten::pow", [[m, n], []], ["pow"]), kernel("pow"),
+        op("aten::mean", [[m, n], [], [], []], ["reduce"]), kernel("reduce"),
+        op("aten::add", [[m, 1], []], ["add"]), kernel("add"),
+        op("aten::rsqrt", [[m, 1]], ["rsqrt"]), kernel("rsqrt"),
+        op("aten::mul", [[m, n], [m, 1]], ["mul"]), kernel("mul"),
+        op("aten::lift", [[m, n]], []),  # no kernel launched: not a pass
+    ]  # fmt: skip
+    summary = bench.summarize_kernels(events, m * n)
+    assert summary["kernel_count"] == 6
+    assert summary["kernels"] == ["cast", "pow", "reduce", "add", "rsqrt", "mul"]
+    assert summary["hbm_passes"] == 4
+    assert bench.summarize_kernels([kernel("triton_fused")], m * n)["hbm_passes"] is None
+
+
+def test_profiler_events_have_what_the_summary_reads():
+    """A real torch.profiler trace (CPU only here: no kernels, so no passes can be estimated)."""
+    x, weight = bench.rmsnorm_inputs(8, 16, torch.float32, "cpu")
+    events = bench.profile_one_call(lambda: bench.hf_llama_rms_norm(x, weight))
+    names = [e.name for e in events]
+    assert "aten::pow" in names and "aten::rsqrt" in names
+    assert bench.summarize_kernels(events, 8 * 16) == {
+        "kernel_count": 0, "kernels": [], "hbm_passes": None, "kernels_mapped_to_aten_ops": 0,
+    }  # fmt: skip
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a CUDA GPU")
+def test_run_suite_refuses_without_gpu():
+    with pytest.raises(RuntimeError, match="need a CUDA GPU"):
+        bench.run_suite("ceilings")
+
+
+# ----------------------------------------------------------------------------------------------
+# On a GPU (skipped elsewhere): the suites run for real; correctness only, no timing asserted
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_quick_axpy_suite_on_gpu():
+    results = bench.run_suite("axpy", quick=True, dtypes=[torch.float32], shapes=[(2**20,)], impls=["tritonforge", "eager"])
+    assert results.live and results.ceilings.copy_gbps > 0
+    axpy_rows = results.where(suite="axpy")
+    assert [r["status"] for r in axpy_rows] == ["ok", "ok"], [r["note"] for r in axpy_rows]
+
+
+@pytest.mark.gpu
+def test_rmsnorm_suites_record_device_time_on_gpu():
+    for spec in (bench.RMSNORM_FORWARD, bench.RMSNORM_FORWARD_BACKWARD):
+        rows = bench.run_op_suite(spec, bench.Ceilings(100.0, {}), dtypes=[torch.float32], shapes=[(64, 1024)],
+                                  impls=["tritonforge", "F.rms_norm"], timer=bench.do_bench_timer(quick=True),
+                                  device_timer=bench.device_time_us)  # fmt: skip
+        for row in rows:
+            assert row["status"] == "ok" and 0 < row["device_us"] < 1e4, (row["impl"], row["note"])
+
+
+@pytest.mark.gpu
+def test_rmsnorm_suites_time_the_cuda_graph_rows_on_gpu():
+    for spec in (bench.RMSNORM_FORWARD, bench.RMSNORM_FORWARD_BACKWARD):
+        rows = bench.run_op_suite(spec, bench.Ceilings(100.0, {}), dtypes=[torch.float32], shapes=[(64, 1024)],
+                                  impls=list(bench.CUDA_GRAPH_IMPLS), timer=bench.do_bench_timer(quick=True),
+                                  device_timer=bench.device_time_us)  # fmt: skip
+        assert [r["impl"] for r in rows] == list(bench.CUDA_GRAPH_IMPLS)
+        for row in rows:
+            assert row["status"] == "ok" and row["us"] > 0 and row["device_us"] is None, (row["impl"], row["note"])
+
+
+@pytest.mark.gpu
+def test_profile_maps_eager_kernels_to_aten_ops_on_gpu():
+    dtype = bench.default_dtypes("cuda", quick=True)[0]
+    rows = bench.run_profile_eager_rmsnorm(None, dtypes=[dtype], shapes=[(256, 512)], impls=["hf-eager"])
+    row = rows[0]
+    assert row["status"] == "ok", row["note"]
+    assert row["kernel_count"] >= 2 and len(row["kernels"]) == row["kernel_count"]
+    assert row["hbm_passes"] is not None and 1 <= row["hbm_passes"] <= row["kernel_count"]

@@ -1,0 +1,190 @@
+r"""What an op must move and compute: the numerators of every GB/s and TFLOP/s in the book.
+
+Byte counts are the *minimum* traffic (each input read once, each output written once); FLOP
+counts take every add, multiply, max, exp, divide and rsqrt on one element as one FLOP. The
+roofline (:mod:`tritonforge.book.roofline`), the exercise checks and the chapters use these.
+
+==========================  ======================================================================
+copy (ceiling)              bytes = 2·n·elem (read n, write n)
+matmul (ceiling)            FLOPs = 2·M·N·K
+axpy                        bytes = 3·n·elem (read x, read y, write out); FLOPs = 2·n
+rmsnorm forward             bytes = (2·M·N + N)·elem (read x, write y, read weight); FLOPs ≈ 4·M·N
+rmsnorm forward + backward  bytes = (5·M·N + 3·N)·elem (forward: read x, write y, read weight;
+                            backward: read x, read dy, write dx, read weight, write dweight);
+                            FLOPs ≈ 13·M·N (4 forward + 9 backward per element)
+==========================  ======================================================================
+
+The *time floor* of an op is the least time it can take on a device: its bytes at the memory
+bandwidth and its FLOPs at the arithmetic rate, whichever is longer,
+
+.. math:: t_\text{floor} = \max\left(\frac{B}{\beta}, \frac{F}{\pi}\right)
+
+(:func:`time_floor_us`). A measured time divided into it is the fraction of the roof reached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Optional
+
+import torch
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``: how results files name a dtype."""
+    return str(dtype).replace("torch.", "")
+
+
+def elem_size(dtype: torch.dtype) -> int:
+    """Bytes per element of ``dtype``."""
+    return torch.empty((), dtype=dtype).element_size()
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+    """What one call must move and compute, and which ceiling its speed is compared with."""
+
+    bytes: Optional[int]
+    flops: Optional[int]
+    formula: str
+    ceiling: Optional[str]  # "copy", "matmul" (of the row's dtype), "matmul-<dtype>", or None
+
+
+def copy_bytes(numel: int, elem: int) -> int:
+    """A copy reads every element once and writes it once."""
+    return 2 * numel * elem
+
+
+def matmul_flops(m: int, n: int, k: int) -> int:
+    """One multiply and one add per (row, column, inner index)."""
+    return 2 * m * n * k
+
+
+def axpy_bytes(numel: int, elem: int) -> int:
+    """Read x, read y, write out: the least any ``alpha * x + y`` can move."""
+    return 3 * numel * elem
+
+
+def rmsnorm_forward_bytes(m: int, n: int, elem: int) -> int:
+    """Read x [M, N] and write y [M, N] once each, plus read the weight [N] once."""
+    return (2 * m * n + n) * elem
+
+
+def rmsnorm_forward_backward_bytes(m: int, n: int, elem: int) -> int:
+    """Forward (read x, write y, read w) plus backward (read x, dy, w; write dx, dw)."""
+    return (5 * m * n + 3 * n) * elem
+
+
+def copy_cost(numel: int, dtype: torch.dtype) -> Cost:
+    return Cost(copy_bytes(numel, elem_size(dtype)), None, "bytes = 2·n·elem (read n + write n)", None)
+
+
+def matmul_cost(m: int, n: int, k: int) -> Cost:
+    return Cost(None, matmul_flops(m, n, k), "FLOPs = 2·M·N·K", None)
+
+
+def axpy_cost(numel: int, dtype: torch.dtype) -> Cost:
+    return Cost(
+        axpy_bytes(numel, elem_size(dtype)),
+        2 * numel,
+        "bytes = 3·n·elem (read x, read y, write out); FLOPs = 2·n",
+        "copy",
+    )
+
+
+def rmsnorm_forward_cost(m: int, n: int, dtype: torch.dtype) -> Cost:
+    return Cost(
+        rmsnorm_forward_bytes(m, n, elem_size(dtype)),
+        4 * m * n,
+        "bytes = (2·M·N + N)·elem (read x, write y, read weight); FLOPs ≈ 4·M·N",
+        "copy",
+    )
+
+
+def rmsnorm_forward_backward_cost(m: int, n: int, dtype: torch.dtype) -> Cost:
+    return Cost(
+        rmsnorm_forward_backward_bytes(m, n, elem_size(dtype)),
+        13 * m * n,
+        "bytes = (5·M·N + 3·N)·elem (fwd: read x, write y, read w; bwd: read x, read dy, "
+        "read w, write dx, write dw); FLOPs ≈ 13·M·N",
+        "copy",
+    )
+
+
+def time_floor_us(
+    nbytes: Optional[float] = None,
+    flops: Optional[float] = None,
+    *,
+    gbps: Optional[float] = None,
+    tflops: Optional[float] = None,
+) -> float:
+    """The least time in µs an op can take: ``nbytes`` at ``gbps`` and ``flops`` at ``tflops``.
+
+    ``nbytes / (gbps·1e9)`` and ``flops / (tflops·1e12)``, whichever is longer; give either or
+    both (a count of None or 0 adds no term). A count without its rate is an error.
+
+    Args:
+        nbytes: bytes the op must move (a :class:`Cost`'s ``bytes``, a result row's ``"bytes"``).
+        flops: floating-point operations it must perform.
+        gbps: memory bandwidth in 1e9 bytes per second (a measured copy ceiling, or a datasheet's).
+        tflops: arithmetic rate in 1e12 FLOP per second.
+    """
+    if nbytes is None and flops is None:
+        raise ValueError("time_floor_us: give nbytes (with gbps) or flops (with tflops)")
+    memory_us = nbytes / (_rate(gbps, "gbps", nbytes) * 1e9) * 1e6 if nbytes else 0.0
+    math_us = flops / (_rate(tflops, "tflops", flops) * 1e12) * 1e6 if flops else 0.0
+    return max(memory_us, math_us)
+
+
+def _rate(rate: Optional[float], name: str, count: float) -> float:
+    if rate is None or not rate > 0:
+        raise ValueError(f"time_floor_us: a count of {count} needs a positive {name}, got {rate!r}")
+    return rate
+
+
+@dataclasses.dataclass(frozen=True)
+class Ceilings:
+    """The measured roofs that every fraction divides by."""
+
+    copy_gbps: float  # device-to-device copy, bytes read + written, 1e9 B/s
+    matmul_tflops: dict  # {"bfloat16": 713.0, ...}: torch.matmul at 8192³, 1e12 FLOP/s
+
+    def to_dict(self) -> dict:
+        return {"copy_gbps": self.copy_gbps, "matmul_tflops": dict(self.matmul_tflops)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Ceilings":
+        copy_gbps = data.get("copy_gbps")
+        return cls(float("nan") if copy_gbps is None else float(copy_gbps), dict(data.get("matmul_tflops") or {}))
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[dict]) -> "Ceilings":
+        copy_gbps, matmul = float("nan"), {}
+        for row in rows:
+            if row["suite"] != "ceilings" or row["status"] != "ok":
+                continue
+            if row["op"] == "copy":
+                copy_gbps = row["gbps"]
+            elif row["op"] == "matmul":
+                matmul[row["dtype"]] = row["tflops"]
+        return cls(copy_gbps, matmul)
+
+
+def add_throughput(row: dict, ceilings: Optional[Ceilings]) -> dict:
+    """Fill a result row's gbps, tflops and fraction_of_ceiling from its us, bytes, flops and the ceilings."""
+    if row["us"] is None:
+        return row
+    seconds = row["us"] * 1e-6
+    if row["bytes"]:
+        row["gbps"] = row["bytes"] / seconds / 1e9
+    if row["flops"]:
+        row["tflops"] = row["flops"] / seconds / 1e12
+    if ceilings is None or row["ceiling"] is None:
+        return row
+    if row["ceiling"] == "copy" and row["gbps"] is not None:
+        row["fraction_of_ceiling"] = row["gbps"] / ceilings.copy_gbps
+    elif row["ceiling"].startswith("matmul") and row["tflops"] is not None:
+        dtype = row["ceiling"].removeprefix("matmul").removeprefix("-") or row["dtype"]  # bare "matmul": the row's
+        peak = ceilings.matmul_tflops.get(dtype)
+        row["fraction_of_ceiling"] = row["tflops"] / peak if peak else None
+    return row

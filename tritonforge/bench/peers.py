@@ -1,0 +1,158 @@
+"""The peers: what a user would run instead of tritonforge, made the same way for every row.
+
+- PyTorch eager: the Hugging Face ``LlamaRMSNorm.forward`` formula line for line
+  (:func:`hf_llama_rms_norm`), and ``torch.nn.functional.rms_norm``;
+- ``torch.compile`` of the eager formula, compiled afresh for every shape with ``dynamic=False``
+  (:func:`compile_fresh`), and on a GPU also under CUDA graphs (``mode="reduce-overhead"``,
+  :func:`compile_cuda_graphs`) beside our own op compiled the same way;
+- Liger-Kernel, the library a user would pick for norms (:func:`load_liger_rms_norm`): a peer to
+  measure against, never a dependency.
+
+Each ``*_implementations`` table maps a row name to a *maker* (a function returning ``fn`` for
+one row, so that compilation happens per row) or to a string saying why it is unavailable here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from tritonforge.bench.timing import describe_exception
+
+RMSNORM_EPS = 1e-6
+AXPY_ALPHA = 1.5
+
+COMPILED_CUDA_GRAPHS = "tritonforge (compiled, CUDA graphs)"
+"""Row name: ``tfg.rms_norm`` inside ``torch.compile(mode="reduce-overhead", fullgraph=True,
+dynamic=False)``: our kernel with its host time replaced by a CUDA-graph replay, the way a serving
+engine would run it. GPU only."""
+
+TORCH_COMPILE_CUDA_GRAPHS = "torch.compile (CUDA graphs)"
+"""Row name: the HF formula compiled in the same mode (Inductor's kernel, replayed as a CUDA graph). GPU only."""
+
+CUDA_GRAPH_IMPLS = (COMPILED_CUDA_GRAPHS, TORCH_COMPILE_CUDA_GRAPHS)
+
+CUDA_GRAPH_WARMUP_CALLS = 3
+"""Calls of a ``reduce-overhead`` function before it is timed: cudagraph trees run the first call
+eagerly and record the graph on a later one (the 2nd or 3rd), then replay it."""
+
+
+def hf_llama_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = RMSNORM_EPS) -> torch.Tensor:
+    """``LlamaRMSNorm.forward`` from Hugging Face transformers, line for line: the eager peer.
+    (The float64 oracle is :func:`tritonforge.reference.rms_norm_ref` with ``upcast=True``.)"""
+    input_dtype = x.dtype
+    hidden = x.to(torch.float32)
+    variance = hidden.pow(2).mean(-1, keepdim=True)
+    hidden = hidden * torch.rsqrt(variance + eps)
+    return weight * hidden.to(input_dtype)
+
+
+def functional_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = RMSNORM_EPS) -> torch.Tensor:
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def eager_axpy(alpha: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return alpha * x + y
+
+
+def compile_fresh(fn: Callable) -> Callable:
+    """``torch.compile(fn, dynamic=False)`` after forgetting earlier compilations.
+
+    Each row compiles for its own shape: without the reset, dynamo's recompile limit (8 per
+    function) would silently send later shapes back to eager.
+    """
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False)
+
+
+def compile_cuda_graphs(fn: Callable) -> Callable:
+    """``torch.compile(fn, mode="reduce-overhead", fullgraph=True, dynamic=False)``, afresh.
+
+    ``reduce-overhead`` wraps the compiled code in CUDA graphs (cudagraph trees): after
+    :data:`CUDA_GRAPH_WARMUP_CALLS` calls, a call is one graph replay, with no per-kernel launch
+    from Python. Its output lives in the graph's memory pool and is overwritten by the next replay.
+    """
+    torch._dynamo.reset()
+    return torch.compile(fn, mode="reduce-overhead", fullgraph=True, dynamic=False)
+
+
+def warmed_up(fn: Callable[[], object], calls: int = CUDA_GRAPH_WARMUP_CALLS) -> Callable[[], object]:
+    """Call ``fn`` ``calls`` times (so cudagraph trees have recorded their graph), then return it."""
+    for _ in range(calls):
+        fn()
+    return fn
+
+
+def load_tritonforge_rms_norm() -> tuple[Optional[Callable], Optional[str]]:
+    """``tritonforge.ops.rmsnorm.rms_norm``, or None and the reason it cannot be imported."""
+    try:
+        from tritonforge.ops.rmsnorm import rms_norm
+    except Exception as exc:  # noqa: BLE001 - a missing or broken module is a row, not a crash
+        return None, f"tritonforge.ops.rmsnorm not importable ({describe_exception(exc)})"
+    return rms_norm, None
+
+
+def liger_version() -> Optional[str]:
+    for name in ("liger-kernel", "liger_kernel", "liger-kernel-nightly"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def load_liger_rms_norm() -> tuple[Optional[Callable], Optional[str]]:
+    """Liger-Kernel's RMSNorm as ``fn(x, weight, eps)``, or None and why not.
+
+    Newer Liger versions take ``in_place`` (overwrite dy with dx in backward); we pass False so
+    that repeated backward calls see the same dy. It changes no traffic.
+    """
+    try:
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    except Exception as exc:  # noqa: BLE001
+        return None, f"liger-kernel not importable ({describe_exception(exc)})"
+    params = inspect.signature(LigerRMSNormFunction.forward).parameters
+    extra = (0.0, "llama", False) if "in_place" in params else ()
+
+    def liger_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return LigerRMSNormFunction.apply(x, weight, eps, *extra)
+
+    return liger_rms_norm, None
+
+
+def rmsnorm_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs: bool = False) -> dict:
+    """name -> a maker that returns ``fn(x, weight, eps)`` for one row, or why it is unavailable.
+
+    Makers rather than functions so that torch.compile compiles afresh for every row. Ours first.
+    ``cuda_graphs`` (a GPU run) adds the two ``reduce-overhead`` rows, :data:`CUDA_GRAPH_IMPLS`;
+    they compile with eps fixed, as a model's norm layer would.
+    """
+    ours, ours_missing = load_tritonforge_rms_norm()
+    liger, liger_missing = load_liger_rms_norm()
+    table = {
+        "tritonforge": (lambda: ours) if ours else ours_missing,
+        "hf-eager": lambda: hf_llama_rms_norm,
+        "F.rms_norm": lambda: functional_rms_norm,
+        "torch.compile": lambda: compile_fresh(hf_llama_rms_norm),
+        "liger": (lambda: liger) if liger else liger_missing,
+    }
+    if cuda_graphs:
+        table[COMPILED_CUDA_GRAPHS] = (lambda: graphed_rms_norm(ours)) if ours else ours_missing
+        table[TORCH_COMPILE_CUDA_GRAPHS] = lambda: graphed_rms_norm(hf_llama_rms_norm)
+    return {name: maker for name, maker in table.items() if impls is None or name in impls}
+
+
+def graphed_rms_norm(rms_norm: Callable) -> Callable:
+    """``fn(x, weight, eps)`` calling ``rms_norm`` through :func:`compile_cuda_graphs`; the
+    compiled function is made on the first call, with that call's eps fixed in it."""
+    compiled = {}
+
+    def fn(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if eps not in compiled:
+            compiled[eps] = compile_cuda_graphs(lambda x, w: rms_norm(x, w, eps))
+        return compiled[eps](x, weight)
+
+    return fn

@@ -1,0 +1,554 @@
+"""The suites: the ceilings first, then each op's implementations checked and timed, from a spec.
+
+An op's benchmark is an :class:`OpSpec`: its shapes, its inputs, how an implementation is called,
+the float64 oracle, the cost formula, the implementations, and whether a row is a forward call
+or a forward + backward step and gets device time. :func:`run_op_suite` runs any spec. Adding an
+op's benchmark means writing its spec and naming it in :data:`SUITES`, not writing a runner.
+
+The ceilings (copy bandwidth, matmul rate) and the kernel profile of one eager RMSNorm are not
+op suites (they measure PyTorch itself) and keep their own small functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Callable, Iterable, Mapping, Optional, Sequence
+
+import torch
+
+from tritonforge import runtime  # first: decides TRITON_INTERPRET before triton loads
+from tritonforge.bench import peers
+from tritonforge.bench.costs import (
+    Ceilings,
+    Cost,
+    axpy_cost,
+    copy_cost,
+    matmul_cost,
+    rmsnorm_forward_backward_cost,
+    rmsnorm_forward_cost,
+)
+from tritonforge.bench.peers import AXPY_ALPHA, RMSNORM_EPS
+from tritonforge.bench.results import SUITES, Results, collect_metadata, make_row, no_gpu_message
+from tritonforge.bench.timing import (
+    Timer,
+    describe_exception,
+    device_time_us,
+    do_bench_timer,
+    measure,
+    relative_error,
+)
+from tritonforge.reference import axpy_ref, rms_norm_ref
+
+RMSNORM_SHAPES = ((4096, 512), (4096, 2048), (4096, 8192), (16384, 4096), (32768, 8192), (1, 8192), (64, 8192))
+RMSNORM_QUICK_SHAPES = ((4096, 2048), (16384, 4096), (64, 8192))
+AXPY_SIZES = ((2**20,), (2**24,), (2**26,), (2**28,))
+AXPY_QUICK_SIZES = ((2**20,), (2**24,))
+MATMUL_SIZE = 8192
+COPY_BYTES, COPY_QUICK_BYTES = 2 * 2**30, 2**29  # 2 GiB (quick: 512 MiB), >> the 60 MB L2 of an H200
+PROFILE_SHAPE = (4096, 4096)
+
+MATMUL_TOLERANCE_SCALE = 4.0
+"""Extra room for the fp32 matmul ceiling's check: an 8192-long fp32 dot product rounds about
+√8192 times more than one fp32 operation; the H200 runs measured 4.4e-6 to 5.1e-6, half of
+fp32's 1e-5, so a run must not fail the ceiling on that noise."""
+
+
+def default_dtypes(device: str, quick: bool = False) -> list[torch.dtype]:
+    """float32 and the GPU's 16-bit type (bfloat16 from sm_80, float16 before); quick: 16-bit."""
+    half = torch.bfloat16 if runtime.supports_bf16(torch.device(device)) else torch.float16
+    return [half] if quick else [torch.float32, half]
+
+
+def free_memory(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def unavailable(row: dict, reason: str) -> dict:
+    row.update(status="unavailable", note=reason)
+    return row
+
+
+# ----------------------------------------------------------------------------------------------
+# Ceilings
+# ----------------------------------------------------------------------------------------------
+
+
+def run_ceilings(*, dtypes=None, quick: bool = False, device: str = "cuda", timer: Timer) -> list[dict]:
+    """Copy bandwidth and matmul rate, measured the way the ops are: do_bench, median."""
+    rows = [measure_copy(COPY_QUICK_BYTES if quick else COPY_BYTES, device=device, timer=timer)]
+    if dtypes is None:
+        dtypes = default_dtypes(device, quick=True) if quick else [torch.bfloat16, torch.float16, torch.float32]
+    for dtype in dtypes:
+        if dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(device)):
+            continue
+        rows.append(measure_matmul(dtype, MATMUL_SIZE, device=device, timer=timer))
+        free_memory(device)
+    return rows
+
+
+def measure_copy(nbytes: int, *, device: str, timer: Timer) -> dict:
+    numel = nbytes // 4
+    src = torch.randn(numel, device=device)
+    dst = torch.empty_like(src)
+    row = make_row("ceilings", "copy", "torch.Tensor.copy_", torch.float32, [numel])
+    cost = copy_cost(numel, torch.float32)
+    row.update(bytes=cost.bytes, formula=cost.formula)
+    row = measure_copy_into(row, src, dst, timer=timer, ceilings=None)
+    src = dst = None  # free the 2 GiB before empty_cache
+    free_memory(device)
+    return row
+
+
+def measure_copy_into(row: dict, src: torch.Tensor, dst: torch.Tensor, *, timer: Timer, ceilings) -> dict:
+    """Check, then time, ``dst.copy_(src)`` into ``row``: the ceiling row and the forward suite's
+    same-size copy are measured the same way. ``dst`` is poisoned before the check."""
+
+    def check() -> float:
+        dst.fill_(math.nan)
+        dst.copy_(src)
+        return 0.0 if torch.equal(dst, src) else math.inf
+
+    return measure(row, run=lambda: dst.copy_(src), check=check, timer=timer, ceilings=ceilings)
+
+
+def measure_matmul(dtype: torch.dtype, size: int, *, device: str, timer: Timer) -> dict:
+    """``torch.matmul`` on fresh random data; fp32 with TF32 off (so it is real fp32)."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    row = make_row("ceilings", "matmul", "torch.matmul", dtype, [size, size, size])
+    cost = matmul_cost(size, size, size)
+    row.update(flops=cost.flops, formula=cost.formula)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")  # no TF32: an fp32 ceiling must be fp32
+    try:
+        row = measure(
+            row,
+            run=lambda: torch.matmul(a, b),
+            check=lambda: relative_error(torch.matmul(a, b), a.double() @ b.double()),
+            timer=timer,
+            ceilings=None,
+            tolerance_scale=MATMUL_TOLERANCE_SCALE,
+        )
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    if dtype == torch.float32:
+        row["note"] = "TF32 disabled (torch.set_float32_matmul_precision('highest'))"
+    return row
+
+
+# ----------------------------------------------------------------------------------------------
+# Op suites: one spec each, one runner for all
+# ----------------------------------------------------------------------------------------------
+
+Inputs = dict  # name -> tensor (or a constant), made once per (dtype, shape) and shared by every row
+Baseline = Callable[..., dict]  # baseline(spec, inputs, timer=, ceilings=) -> a measured row
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One op's benchmark: everything :func:`run_op_suite` needs to check and time its rows."""
+
+    suite: str  # the suite's name: rows' "suite", the command line's argument
+    op: str  # rows' "op"
+    shapes: tuple  # default shapes; quick_shapes with --quick
+    quick_shapes: tuple
+    make_inputs: Callable[[tuple, torch.dtype, str], Inputs]  # (shape, dtype, device) -> fresh inputs
+    call: Callable[[Callable, Inputs], torch.Tensor]  # how an implementation is called on the inputs
+    reference: Callable  # the float64 oracle, called like an implementation (on float64 inputs)
+    cost: Callable[[tuple, torch.dtype], Cost]  # (shape, dtype) -> bytes, FLOPs, formula, ceiling
+    implementations: Callable[..., dict]  # (impls, cuda_graphs=bool) -> name -> maker of fn, or why not
+    routed_op: str  # the tritonforge op whose path is checked: our row must not be a fallback
+    ours: str = "tritonforge"  # the row checked under strict routing
+    backward: bool = False  # rows time forward + backward: y = call(fn); y.backward(inputs["dy"])
+    grads: tuple = ()  # with backward: the inputs whose gradients are checked against float64
+    device_time: bool = False  # rows also get device_us (CUDA-graph replay)
+    row_shape: Callable[[tuple], list] = list  # the shape written in the rows
+    baselines: Mapping[str, Baseline] = dataclasses.field(default_factory=dict)  # extra rows per shape
+
+    def impl_table(self, impls: Optional[Sequence[str]] = None, device: str = "cuda") -> dict:
+        """The implementations a run on ``device`` measures: the CUDA-graph rows only on a GPU."""
+        return self.implementations(impls, cuda_graphs=torch.device(device).type == "cuda")
+
+
+def run_op_suite(
+    spec: OpSpec,
+    ceilings: Optional[Ceilings],
+    *,
+    dtypes: Optional[Sequence[torch.dtype]] = None,
+    shapes: Optional[Sequence[tuple]] = None,
+    impls: Optional[Sequence[str]] = None,
+    quick: bool = False,
+    device: str = "cuda",
+    timer: Timer,
+    device_timer: Optional[Callable[..., float]] = None,
+) -> list[dict]:
+    """Every (dtype, shape, implementation) row of ``spec``: checked against float64, then timed.
+
+    ``dtypes``, ``shapes`` and ``impls`` narrow the suite (None: its defaults). ``device_timer``
+    fills ``device_us`` where ``spec.device_time`` asks for it. Rows of the implementations in
+    :data:`~tritonforge.bench.peers.CUDA_GRAPH_IMPLS` are warmed up before timing and get no
+    device time (a CUDA graph already: ``us`` is its replay).
+    """
+    dtypes = dtypes or default_dtypes(device, quick)
+    shapes = shapes or (spec.quick_shapes if quick else spec.shapes)
+    implementations = spec.impl_table(impls, device)
+    rows = []
+    for dtype in dtypes:
+        for shape in shapes:
+            inputs = spec.make_inputs(tuple(shape), dtype, device)
+            references = op_references(spec, inputs)
+            cost = spec.cost(tuple(shape), dtype)
+            for impl, make in implementations.items():
+                row = make_row(spec.suite, spec.op, impl, dtype, spec.row_shape(tuple(shape)), bytes=cost.bytes,
+                               flops=cost.flops, formula=cost.formula, ceiling=cost.ceiling)  # fmt: skip
+                if isinstance(make, str):
+                    rows.append(unavailable(row, make))
+                    continue
+                rows.append(measure_implementation(spec, row, make, inputs, references, ceilings=ceilings,
+                                                   timer=timer, device_timer=device_timer))  # fmt: skip
+            for name, baseline in spec.baselines.items():
+                if impls is None or name in impls:
+                    rows.append(baseline(spec, inputs, timer=timer, ceilings=ceilings))
+            del inputs, references
+            free_memory(device)
+    return rows
+
+
+def measure_implementation(spec: OpSpec, row: dict, make: Callable, inputs: Inputs, references, *, ceilings,
+                           timer: Timer, device_timer=None) -> dict:  # fmt: skip
+    """Check one implementation (strict routing for ours), then time it, into ``row``."""
+    try:
+        fn = make()
+    except Exception as exc:  # noqa: BLE001 - e.g. torch.compile refusing the function
+        row.update(status="error", note=describe_exception(exc))
+        return row
+    grad_inputs = [inputs[name] for name in spec.grads] if spec.backward else []
+    if spec.backward:
+        run = functools.partial(forward_backward_step, spec, fn, inputs)
+    else:
+        run = functools.partial(spec.call, fn, inputs)
+    check = checked_step(spec, run, inputs, references, ours=row["impl"] == spec.ours)
+    graphed = row["impl"] in peers.CUDA_GRAPH_IMPLS
+    if graphed:
+        timer = warm_then(timer)
+    row = measure(row, run=run, check=check, timer=timer, ceilings=ceilings, grad_to_none=grad_to_none_of(grad_inputs),
+                  device_timer=device_timer if spec.device_time and not graphed else None)  # fmt: skip
+    if graphed and row["status"] == "ok":
+        row["note"] = "a CUDA graph already (torch.compile mode='reduce-overhead'): us is its replay; no separate device_us"
+    for tensor in grad_inputs:
+        tensor.grad = None
+    return row
+
+
+def grad_to_none_of(tensors: list) -> Optional[list]:
+    return tensors or None
+
+
+def warm_then(timer: Timer, calls: int = peers.CUDA_GRAPH_WARMUP_CALLS) -> Timer:
+    """``timer``, after ``calls`` calls of the function: cudagraph trees record on the 2nd or 3rd."""
+
+    def time_us(fn, grad_to_none=None):
+        for _ in range(calls):
+            for tensor in grad_to_none or ():
+                tensor.grad = None
+            fn()
+        return timer(fn, grad_to_none=grad_to_none)
+
+    return time_us
+
+
+def forward_backward_step(spec: OpSpec, fn: Callable, inputs: Inputs) -> torch.Tensor:
+    """One training step of the layer: ``y = call(fn); y.backward(inputs["dy"])``."""
+    y = spec.call(fn, inputs)
+    y.backward(inputs["dy"])
+    return y
+
+
+def op_references(spec: OpSpec, inputs: Inputs) -> tuple:
+    """(y,) or, for a forward + backward spec, (y, *gradients) in float64 through autograd."""
+    as64 = {k: v.detach().double() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    if not spec.backward:
+        return (spec.call(spec.reference, as64).detach(),)
+    for name in spec.grads:
+        as64[name].requires_grad_(True)
+    y = spec.call(spec.reference, as64)
+    y.backward(as64["dy"])
+    references = (y.detach(), *(as64[name].grad for name in spec.grads))
+    for name in spec.grads:  # the inputs the rows use get gradients; the float64 copies are dropped
+        inputs[name].requires_grad_(True)
+    return references
+
+
+def checked_step(spec: OpSpec, run: Callable, inputs: Inputs, references: tuple, *, ours: bool) -> Callable[[], float]:
+    """A check that runs one call (or step) and returns its worst error against float64: of y, and
+    of every gradient for a backward spec. Ours runs under strict routing and must not fall back."""
+
+    def check() -> float:
+        grads = [inputs[name] for name in spec.grads] if spec.backward else []
+        for tensor in grads:
+            tensor.grad = None
+        if ours:
+            with runtime.strict():
+                y = run()
+            if runtime.last_path(spec.routed_op) == "torch":
+                raise RuntimeError(f"tritonforge.{spec.routed_op} was served by the PyTorch fallback, not the kernel")
+        else:
+            y = run()
+        if any(tensor.grad is None for tensor in grads):
+            raise RuntimeError(f"backward produced no gradient for {', '.join(spec.grads)}")
+        outputs = [y, *(tensor.grad for tensor in grads)]
+        return max(relative_error(out, ref) for out, ref in zip(outputs, references))
+
+    return check
+
+
+def checked(fn: Callable[[], torch.Tensor], reference: torch.Tensor) -> Callable[[], float]:
+    """A check that runs ``fn`` once and compares its output with the float64 reference."""
+    return lambda: relative_error(fn(), reference)
+
+
+# The specs ------------------------------------------------------------------------------------
+
+
+def rmsnorm_inputs(m: int, n: int, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fresh non-zero random x [M, N] and weight [N] (a weight of ones would hide a missing multiply)."""
+    x = torch.randn(m, n, device=device, dtype=dtype)
+    weight = (1.0 + 0.5 * torch.randn(n, device=device)).to(dtype)
+    return x, weight
+
+
+def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float = RMSNORM_EPS) -> torch.Tensor:
+    """The float64 oracle: the HF formula evaluated in float64."""
+    return rms_norm_ref(x, weight, eps, upcast=True)
+
+
+def rmsnorm_forward_inputs(shape: tuple, dtype: torch.dtype, device: str) -> Inputs:
+    x, weight = rmsnorm_inputs(*shape, dtype, device)
+    return {"x": x, "weight": weight}
+
+
+def rmsnorm_forward_backward_inputs(shape: tuple, dtype: torch.dtype, device: str) -> Inputs:
+    x, weight = rmsnorm_inputs(*shape, dtype, device)
+    return {"x": x, "weight": weight, "dy": torch.randn(*shape, device=device, dtype=dtype)}
+
+
+def call_rmsnorm(fn: Callable, inputs: Inputs) -> torch.Tensor:
+    return fn(inputs["x"], inputs["weight"], RMSNORM_EPS)
+
+
+SAME_SIZE_COPY = "copy_ (same bytes)"
+"""The forward suite's baseline row at each shape: ``torch.Tensor.copy_`` of x into a tensor of x's
+shape, timed like the implementations. It moves what a fused forward must move (x in, y out; less
+the weight, one row), so its fraction is the most a kernel can show at that size under the timer."""
+
+
+def measure_same_size_copy(x: torch.Tensor, *, timer: Timer, ceilings: Optional[Ceilings], suite: str = "rmsnorm") -> dict:
+    """:data:`SAME_SIZE_COPY` for one input: copy ``x`` into a fresh tensor of its shape."""
+    out = torch.empty_like(x)
+    cost = copy_cost(x.numel(), x.dtype)
+    row = make_row(suite, "copy", SAME_SIZE_COPY, x.dtype, list(x.shape),
+                   bytes=cost.bytes, formula=cost.formula, ceiling="copy")  # fmt: skip
+    # No device time: captured in a CUDA graph, a contiguous copy_ becomes a memcpy node, which ran
+    # slower than the eager copy on the H200 (benchmarks/experiments, copy-same-size-probe).
+    return measure_copy_into(row, x, out, timer=timer, ceilings=ceilings)
+
+
+def same_size_copy_baseline(spec: OpSpec, inputs: Inputs, *, timer: Timer, ceilings) -> dict:
+    return measure_same_size_copy(inputs["x"], timer=timer, ceilings=ceilings, suite=spec.suite)
+
+
+RMSNORM_FORWARD = OpSpec(
+    suite="rmsnorm",
+    op="rmsnorm",
+    shapes=RMSNORM_SHAPES,
+    quick_shapes=RMSNORM_QUICK_SHAPES,
+    make_inputs=rmsnorm_forward_inputs,
+    call=call_rmsnorm,
+    reference=rmsnorm_reference,
+    cost=lambda shape, dtype: rmsnorm_forward_cost(*shape, dtype),
+    implementations=peers.rmsnorm_implementations,
+    routed_op="rms_norm",
+    device_time=True,  # small calls are host-bound under do_bench; device time says what the kernels cost
+    baselines={SAME_SIZE_COPY: same_size_copy_baseline},
+)
+"""RMSNorm forward: tritonforge vs HF-eager, F.rms_norm, torch.compile(HF), Liger (and on a GPU
+both compiled under CUDA graphs); at each shape a copy of the same bytes (:data:`SAME_SIZE_COPY`)."""
+
+RMSNORM_FORWARD_BACKWARD = dataclasses.replace(
+    RMSNORM_FORWARD,
+    suite="rmsnorm-bwd",
+    op="rmsnorm-fwd-bwd",
+    make_inputs=rmsnorm_forward_backward_inputs,
+    cost=lambda shape, dtype: rmsnorm_forward_backward_cost(*shape, dtype),
+    backward=True,
+    grads=("x", "weight"),
+    baselines={},
+)
+"""RMSNorm forward + backward (one training step of the layer): y = f(x, w); y.backward(dy);
+checked on y, dx and dweight."""
+
+
+def axpy_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs: bool = False) -> dict:
+    """name -> a maker of ``fn(alpha, x, y)``: ours, eager ``alpha * x + y`` (two kernels), and
+    torch.compile of the same (compiled afresh per row). No CUDA-graph rows: axpy is not host-bound."""
+    from tritonforge.ops.fused_axpy import axpy
+
+    table = {
+        "tritonforge": lambda: axpy,
+        "eager": lambda: peers.eager_axpy,
+        "torch.compile": lambda: peers.compile_fresh(peers.eager_axpy),
+    }
+    return {name: maker for name, maker in table.items() if impls is None or name in impls}
+
+
+def axpy_inputs(shape: tuple, dtype: torch.dtype, device: str) -> Inputs:
+    numel = math.prod(shape)
+    return {"x": torch.randn(numel, device=device, dtype=dtype), "y": torch.randn(numel, device=device, dtype=dtype)}
+
+
+AXPY = OpSpec(
+    suite="axpy",
+    op="axpy",
+    shapes=AXPY_SIZES,
+    quick_shapes=AXPY_QUICK_SIZES,
+    make_inputs=axpy_inputs,
+    call=lambda fn, inputs: fn(AXPY_ALPHA, inputs["x"], inputs["y"]),
+    reference=lambda alpha, x, y: axpy_ref(alpha, x, y, upcast=True),
+    cost=lambda shape, dtype: axpy_cost(math.prod(shape), dtype),
+    implementations=axpy_implementations,
+    routed_op="axpy",
+    row_shape=lambda shape: [math.prod(shape)],
+)
+"""tritonforge.ops.fused_axpy vs eager ``alpha * x + y`` (two kernels) vs torch.compile of the same."""
+
+OP_SPECS = {spec.suite: spec for spec in (AXPY, RMSNORM_FORWARD, RMSNORM_FORWARD_BACKWARD)}
+"""Every op suite, by name."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Profile: which CUDA kernels one eager HF-Llama RMSNorm launches
+# ----------------------------------------------------------------------------------------------
+
+PROFILE_METHOD = (
+    "torch.profiler (CPU + CUDA activities, record_shapes=True) around one call after a warm-up "
+    "call. kernel_count = CUDA device events. hbm_passes = kernels launched by an aten op that "
+    "has an M×N input (such a kernel reads the whole tensor from memory at least once, and the "
+    "elementwise ones also write one); kernels not launched through an aten op (Triton kernels) "
+    "are counted in kernel_count only."
+)
+
+
+def summarize_kernels(events: Iterable, tensor_numel: int) -> dict:
+    """Count device kernels and estimate full-tensor memory passes from profiler events.
+
+    ``events`` are ``torch.profiler`` FunctionEvents (or anything with ``name``,
+    ``device_type``, ``kernels`` and ``input_shapes``).
+    """
+    events = list(events)
+    device_types = (torch.autograd.DeviceType.CUDA,)
+    kernels = [e.name for e in events if e.device_type in device_types]
+    passes = mapped = 0
+    for event in events:
+        launched = getattr(event, "kernels", None) or []
+        if event.device_type in device_types or not launched:
+            continue
+        mapped += len(launched)
+        if any(shape_numel(shape) == tensor_numel for shape in (event.input_shapes or [])):
+            passes += len(launched)
+    return {
+        "kernel_count": len(kernels),
+        "kernels": kernels,
+        "hbm_passes": passes if mapped else None,
+        "kernels_mapped_to_aten_ops": mapped,
+    }
+
+
+def shape_numel(shape) -> Optional[int]:
+    if isinstance(shape, (list, tuple)) and shape and all(isinstance(s, int) for s in shape):
+        return math.prod(shape)
+    return None
+
+
+def profile_one_call(fn: Callable[[], object]) -> list:
+    """The profiler events of one call of ``fn`` (CPU ops with their shapes, and CUDA kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    fn()  # warm-up: lazy initialisation and first-call allocations stay out of the trace
+    if on_gpu:
+        torch.cuda.synchronize()
+    with profile(activities=activities, record_shapes=True) as prof:
+        fn()
+        if on_gpu:
+            torch.cuda.synchronize()
+    return list(prof.events())
+
+
+def run_profile_eager_rmsnorm(
+    ceilings, *, dtypes=None, shapes=None, impls=None, quick=False, device="cuda", timer=None
+) -> list[dict]:
+    """Kernels launched by one RMSNorm forward (bf16, 4096×4096): HF eager, F.rms_norm, ours.
+
+    ``impls`` may add torch.compile or liger; ``dtypes`` and ``shapes`` replace the defaults
+    (only the first of each is profiled).
+    """
+    dtype = (dtypes or default_dtypes(device, quick=True))[0]
+    m, n = (shapes or [PROFILE_SHAPE])[0]
+    x, weight = rmsnorm_inputs(m, n, dtype, device)
+    rows = []
+    for impl, make in peers.rmsnorm_implementations(impls or ("tritonforge", "hf-eager", "F.rms_norm")).items():
+        row = make_row("profile-eager-rmsnorm", "rmsnorm", impl, dtype, [m, n], method=PROFILE_METHOD)
+        if isinstance(make, str):
+            rows.append(unavailable(row, make))
+            continue
+        try:
+            events = profile_one_call(functools.partial(make(), x, weight, RMSNORM_EPS))
+        except Exception as exc:  # noqa: BLE001
+            row.update(status="error", note=describe_exception(exc))
+        else:
+            row.update(status="ok", **summarize_kernels(events, m * n))
+        rows.append(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# A run: the ceilings, then the suites, with where and when they were measured
+# ----------------------------------------------------------------------------------------------
+
+
+def run_suite(
+    suite: str,
+    *,
+    dtypes: Optional[Sequence[torch.dtype]] = None,
+    shapes: Optional[Sequence[tuple]] = None,
+    impls: Optional[Sequence[str]] = None,
+    quick: bool = False,
+    command: Optional[str] = None,
+) -> Results:
+    """Measure the ceilings, then ``suite`` (or every suite for ``"all"``), on the CUDA GPU.
+
+    ``dtypes``, ``shapes`` and ``impls`` narrow the suite (None: its defaults); ``command`` is
+    recorded in the metadata (default: this call, written out).
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError(no_gpu_message())
+    timer = do_bench_timer(quick)
+    names = [name for name in SUITES if name != "ceilings"] if suite == "all" else [suite]
+    ceiling_dtypes = dtypes if suite == "ceilings" else None
+    rows = run_ceilings(dtypes=ceiling_dtypes, quick=quick, timer=timer)
+    ceilings = Ceilings.from_rows(rows)
+    narrowed = dict(dtypes=dtypes, shapes=shapes, impls=impls, quick=quick, timer=timer)
+    for name in names:
+        if name == "ceilings":
+            continue
+        if name == "profile-eager-rmsnorm":
+            rows += run_profile_eager_rmsnorm(ceilings, **narrowed)
+        else:
+            rows += run_op_suite(OP_SPECS[name], ceilings, device_timer=device_time_us, **narrowed)
+    command = command or f"tritonforge.bench.run_suite({suite!r}, quick={quick})"
+    metadata = collect_metadata(suite, ceilings, timer, quick=quick, command=command)
+    return Results(metadata=metadata, rows=rows, live=True)
