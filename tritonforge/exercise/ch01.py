@@ -10,18 +10,22 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from tritonforge.bench import costs
 from tritonforge.exercise.core import Case, Report, Verdict, check
 
 
-def element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+def matmul_bytes(m: int, n: int, k: int, elem: int) -> int:
+    """Read A [M, K] and B [K, N], write C [M, N], once each. (The harness times matmuls against
+    their FLOPs only, so ``tritonforge.bench.costs`` has no byte count for them.)"""
+    return (m * k + k * n + m * n) * elem
 
 
 def arithmetic_intensity_ref(op: str, shape: tuple, dtype: torch.dtype) -> tuple[int, int, float]:
     """The reference answer to exercise 1a: ``(flops, bytes, flops / bytes)``.
 
-    Convention (the book's benchmarks use the same): bytes = the least one fused pass moves,
-    each input read once and each output written once; 1 FLOP per multiply or add.
+    The counts are the benchmark harness's own (``tritonforge.bench.costs``): bytes = the least
+    one fused pass moves, each input read once and each output written once; 1 FLOP per multiply
+    or add.
 
     - ``rms_norm``, shape ``(M, N)``: bytes = (read x + write y + read weight) = (2MN + N)·elem;
       FLOPs = 4MN (square, add into the row sum, multiply by 1/rms, multiply by the weight; the
@@ -29,13 +33,13 @@ def arithmetic_intensity_ref(op: str, shape: tuple, dtype: torch.dtype) -> tuple
     - ``matmul``, shape ``(M, N, K)``, ``C[M, N] = A[M, K] @ B[K, N]``: bytes = (MK + KN + MN)·elem;
       FLOPs = 2MNK.
     """
-    elem = element_size(dtype)
     if op == "rms_norm":
         M, N = shape
-        flops, nbytes = 4 * M * N, (2 * M * N + N) * elem
+        cost = costs.rmsnorm_forward_cost(M, N, dtype)
+        flops, nbytes = cost.flops, cost.bytes
     elif op == "matmul":
         M, N, K = shape
-        flops, nbytes = 2 * M * N * K, (M * K + K * N + M * N) * elem
+        flops, nbytes = costs.matmul_flops(M, N, K), matmul_bytes(M, N, K, costs.elem_size(dtype))
     else:
         raise ValueError(f"op must be 'rms_norm' or 'matmul', got {op!r}")
     return flops, nbytes, flops / nbytes
