@@ -18,9 +18,13 @@ Usage (CUDA GPU, repository root):
   PYTHONPATH=. python benchmarks/experiments/op_integration.py launch  after.json
   PYTHONPATH=OLD python benchmarks/experiments/op_integration.py launch before.json
   PYTHONPATH=. python benchmarks/experiments/op_integration.py compiled compiled.json
+
+Toy run (tests/test_experiments.py; any machine): TRITONFORGE_SMOKE=1 before either command. See
+the SMOKE block below: it changes nothing a GPU run measures.
 """
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -35,24 +39,52 @@ SHAPES = ((1, 4096), (1, 8192), (64, 8192), (256, 8192))
 DTYPES = (torch.bfloat16, torch.float32)
 COMPILED_SHAPES = ((1, 8192), (64, 8192))  # each row compiles afresh: a few decode sizes, bf16
 COMPILED_DTYPES = (torch.bfloat16,)
+DEVICE = "cuda"
+MODES = ("default", "reduce-overhead")  # torch.compile modes of part 2 (Inductor)
+
+# --- Toy run: TRITONFORGE_SMOKE=1 --------------------------------------------------------------
+# Tiny shapes on tfg.environment().device_type, a few calls timed with time.perf_counter only
+# (no do_bench; synchronize only on a GPU), part 2 compiled with backend "aot_eager" instead of
+# Inductor's modes, and without the triton_op variant on the CPU (Triton's interpreter runs the
+# kernel on FakeTensors when torch.compile traces it, which fails). Its numbers mean nothing.
+SMOKE = os.environ.get("TRITONFORGE_SMOKE", "") == "1"
+if SMOKE:
+    SHAPES = COMPILED_SHAPES = ((1, 64), (3, 96))
+    DEVICE = tfg.environment().device_type
+    MODES = ("aot_eager",)
+
+
+def synchronize():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def compile_options(mode):
+    return {"backend": mode} if SMOKE else {"mode": mode}
+
+
+# --- end of the toy run's switches -------------------------------------------------------------
 
 
 def host_us(call, calls=2000, repeats=3):
     """Median over ``repeats`` of the wall time per call of ``calls`` back-to-back calls."""
-    for _ in range(50):
+    warmup, calls = (1, 3) if SMOKE else (50, calls)
+    for _ in range(warmup):
         call()
-    torch.cuda.synchronize()
+    synchronize()
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(calls):
             call()
-        torch.cuda.synchronize()
+        synchronize()
         samples.append((time.perf_counter() - start) / calls * 1e6)
     return statistics.median(samples)
 
 
 def bench_us(call):
+    if SMOKE:
+        return None  # no do_bench in a toy run
     return triton.testing.do_bench(call, warmup=25, rep=200) * 1e3
 
 
@@ -60,9 +92,9 @@ def launch_rows():
     rows = []
     for dtype in DTYPES:
         for m, n in SHAPES:
-            x = torch.randn(m, n, device="cuda", dtype=dtype)
-            w = torch.randn(n, device="cuda", dtype=dtype)
-            y = torch.randn(m, n, device="cuda", dtype=dtype)
+            x = torch.randn(m, n, device=DEVICE, dtype=dtype)
+            w = torch.randn(n, device=DEVICE, dtype=dtype)
+            y = torch.randn(m, n, device=DEVICE, dtype=dtype)
             for op, call in (("rms_norm", lambda: tfg.rms_norm(x, w, 1e-6)), ("axpy", lambda: tfg.axpy(1.5, x, y))):
                 rows.append(dict(op=op, dtype=str(dtype).replace("torch.", ""), shape=[m, n],
                                  host_us=host_us(call), do_bench_us=bench_us(call)))  # fmt: skip
@@ -101,16 +133,18 @@ def compiled_rows():
         "triton_op (traced)": lambda x, w: traced(x * 2.0, w, 1e-6) + 1.0,
         "HF formula": lambda x, w: rms_norm_ref(x * 2.0, w, 1e-6) + 1.0,
     }
+    if SMOKE and DEVICE == "cpu":
+        del variants["triton_op (traced)"]
     rows = []
     for dtype in COMPILED_DTYPES:
         for m, n in COMPILED_SHAPES:
-            x = torch.randn(m, n, device="cuda", dtype=dtype)
-            w = torch.randn(n, device="cuda", dtype=dtype)
+            x = torch.randn(m, n, device=DEVICE, dtype=dtype)
+            w = torch.randn(n, device=DEVICE, dtype=dtype)
             expected = variants["HF formula"](x, w)
-            for mode in ("default", "reduce-overhead"):
+            for mode in MODES:
                 for name, fn in variants.items():
                     torch._dynamo.reset()
-                    compiled = torch.compile(fn, fullgraph=True, mode=mode, dynamic=False)
+                    compiled = torch.compile(fn, fullgraph=True, dynamic=False, **compile_options(mode))
                     for _ in range(3):
                         out = compiled(x, w)
                     err = ((out.double() - expected.double()).abs().max() / expected.double().abs().max()).item()
@@ -124,8 +158,11 @@ def compiled_rows():
 def main():
     part, out = sys.argv[1], sys.argv[2]
     rows = launch_rows() if part == "launch" else compiled_rows()
-    meta = dict(part=part, device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+    device = torch.cuda.get_device_name() if DEVICE == "cuda" else tfg.environment().device
+    meta = dict(part=part, device=device, torch=torch.__version__, triton=triton.__version__,
                 tritonforge_file=tfg.__file__, date=time.strftime("%Y-%m-%d"))  # fmt: skip
+    if SMOKE:
+        meta["smoke"] = True
     with open(out, "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)
 

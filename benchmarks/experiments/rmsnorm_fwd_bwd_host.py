@@ -9,18 +9,30 @@ same with the autograd engine told to run the backward on the calling thread
 (torch.autograd.set_multithreading_enabled(False)), and our step split into its parts, timed
 inside the step and alone. Prints to stdout.
 
+Since the op became a torch.library custom op (commit 2d0187d) the step's forward is
+``tfg.rms_norm`` (its autograd goes through the operator) where the recorded run called
+``RMSNormFunction.apply``; the first line of the split says which.
+
 Usage (CUDA GPU, repository root): python benchmarks/experiments/rmsnorm_fwd_bwd_host.py > out.txt
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/rmsnorm_fwd_bwd_host.py
 """
-import importlib
+
 import statistics
 import time
 
 import torch
 
+import smoke  # first: imports tritonforge before triton
+from smoke import DEVICE, toy
 import tritonforge as tfg
 from tritonforge import bench
+from tritonforge.ops import rmsnorm as rms_norm_module  # tfg.rms_norm is the function
 
-rms_norm_module = importlib.import_module("tritonforge.ops.rmsnorm")  # tfg.rms_norm is the function
+import triton
+
+WARMUP_CALLS = toy(30, 1)
+STEPS = toy(400, 3)
+REPEATS = toy(3, 1)
 
 
 class AllocateOnly(torch.autograd.Function):
@@ -36,15 +48,15 @@ class AllocateOnly(torch.autograd.Function):
         return torch.empty_like(dy), torch.empty_like(ctx.saved_tensors[1]), None
 
 
-def host_us(call, calls=400):
-    """Wall time per call of ``calls`` calls issued back to back (30 warm-up calls first)."""
-    for _ in range(30):
+def host_us(call, calls=STEPS):
+    """Wall time per call of ``calls`` calls issued back to back (``WARMUP_CALLS`` warm-up calls first)."""
+    for _ in range(WARMUP_CALLS):
         call()
-    torch.cuda.synchronize()
+    smoke.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
         call()
-    torch.cuda.synchronize()
+    smoke.synchronize()
     return (time.perf_counter() - start) / calls * 1e6
 
 
@@ -61,14 +73,14 @@ def steps_table(shapes, dtype=torch.bfloat16):
     impls["allocate-only Function"] = AllocateOnly.apply
     impls["x * w (C++ backward)"] = lambda x, w, eps: x * w
     for m, n in shapes:
-        x, w = bench.rmsnorm_inputs(m, n, dtype, "cuda")
+        x, w = bench.rmsnorm_inputs(m, n, dtype, DEVICE)
         dy = torch.randn_like(x)
         x.requires_grad_(True)
         w.requires_grad_(True)
         for threads in (True, False):
             with torch.autograd.set_multithreading_enabled(threads):
                 times = {name: [] for name in impls}
-                for _ in range(3):
+                for _ in range(REPEATS):
                     for name, fn in impls.items():
                         times[name].append(host_us_per_step(fn, x, w, dy))
             engine = "engine thread" if threads else "calling thread"
@@ -77,13 +89,13 @@ def steps_table(shapes, dtype=torch.bfloat16):
                       f"{statistics.median(values):7.1f}  (repeats {', '.join(f'{v:.0f}' for v in values)})", flush=True)
 
 
-def split_of_our_step(steps=400):
+def split_of_our_step(n=8192, steps=STEPS):
     """Our step's parts timed inside the step (perf_counter around each), then each part alone."""
-    x, w = bench.rmsnorm_inputs(1, 8192, torch.bfloat16, "cuda")
+    x, w = bench.rmsnorm_inputs(1, n, torch.bfloat16, DEVICE)
     dy = torch.randn_like(x)
     x.requires_grad_(True)
     w.requires_grad_(True)
-    spent = dict.fromkeys(("Function.apply (forward)", "y.backward (all of it)", "rms_norm_bwd inside it"), 0.0)
+    spent = dict.fromkeys(("tfg.rms_norm (forward)", "y.backward (all of it)", "rms_norm_bwd inside it"), 0.0)
     launch_bwd = rms_norm_module.rms_norm_bwd
 
     def timed_bwd(*args, **kwargs):
@@ -99,16 +111,17 @@ def split_of_our_step(steps=400):
             for _ in range(steps):
                 x.grad = w.grad = None
                 start = time.perf_counter()
-                y = rms_norm_module.RMSNormFunction.apply(x, w, 1e-6)
+                y = tfg.rms_norm(x, w, 1e-6)
                 middle = time.perf_counter()
                 y.backward(dy)
-                spent["Function.apply (forward)"] += middle - start
+                spent["tfg.rms_norm (forward)"] += middle - start
                 spent["y.backward (all of it)"] += time.perf_counter() - middle
-            torch.cuda.synchronize()
+            smoke.synchronize()
     finally:
         rms_norm_module.rms_norm_bwd = launch_bwd
+    assert spent["rms_norm_bwd inside it"] > 0, "the backward no longer calls rmsnorm.rms_norm_bwd: nothing was split"
     for part, seconds in spent.items():
-        print(f"bfloat16 1x8192 inside the step: {part:28} {seconds / steps * 1e6:7.1f} us")
+        print(f"bfloat16 1x{n} inside the step: {part:28} {seconds / steps * 1e6:7.1f} us")
     xd, wd = x.detach(), w.detach()
     _, rstd = rms_norm_module.rms_norm_fwd(xd, wd, 1e-6)
     alone = {
@@ -117,10 +130,10 @@ def split_of_our_step(steps=400):
         "tfg.rms_norm (no grad)": lambda: tfg.rms_norm(xd, wd),
     }
     for part, call in alone.items():
-        print(f"bfloat16 1x8192 alone, in a loop: {part:27} {host_us(call, steps):7.1f} us")
+        print(f"bfloat16 1x{n} alone, in a loop: {part:27} {host_us(call, steps):7.1f} us")
 
 
 if __name__ == "__main__":
-    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", __import__("triton").__version__)
-    steps_table([(1, 8192), (4096, 8192), (16384, 4096)])
-    split_of_our_step()
+    print(smoke.device_name(), "torch", torch.__version__, "triton", triton.__version__)
+    steps_table(toy([(1, 8192), (4096, 8192), (16384, 4096)], [(3, 96)]))
+    split_of_our_step(n=toy(8192, 96))

@@ -1,0 +1,100 @@
+"""The switch the experiments share: a measurement on a CUDA GPU, or a toy run anywhere.
+
+Not an experiment: the scripts beside it import it (``python benchmarks/experiments/NAME.py`` puts
+this folder first on ``sys.path``).
+
+Without ``TRITONFORGE_SMOKE=1`` a script measures what its docstring says, on a CUDA GPU, with the
+harness's clocks: :func:`do_bench_us` is ``triton.testing.do_bench`` (warm-up 25 ms, 100 ms of
+reps, median, L2 flushed before each rep; ``bench.do_bench_timer()``) and :func:`device_us` is
+``bench.device_time_us`` (``triton.testing.do_bench_cudagraph``, median of the replays). Without a
+GPU it stops at once and says so, rather than run full-size shapes through the interpreter.
+
+With ``TRITONFORGE_SMOKE=1`` (``tests/test_experiments.py``) a script runs its code paths at toy
+size on ``tfg.environment().device_type`` (the CPU and Triton's interpreter where there is no GPU),
+and both clocks become ``time.perf_counter`` around a few calls: the numbers mean nothing; what is
+checked is that the script still runs against the package's public names and gets right answers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Callable, Optional
+
+import torch
+
+import tritonforge as tfg  # first: it decides the interpreter flag before triton loads
+from tritonforge import bench
+
+SMOKE = os.environ.get("TRITONFORGE_SMOKE", "") == "1"
+"""A toy run: tiny shapes, ``time.perf_counter`` instead of the GPU clocks."""
+
+DEVICE = tfg.environment().device_type
+"""Where the tensors go: ``"cuda"`` on the Triton GPU path, else ``"cpu"`` (the interpreter)."""
+
+TOY_COPY_BYTES = 2**20
+"""Bytes of the copy-bandwidth ceiling in a toy run (the measurement uses ``bench.COPY_BYTES``)."""
+
+TOY_CALLS = 3
+"""Calls timed by ``time.perf_counter`` in a toy run (after one warm-up call)."""
+
+if not SMOKE and DEVICE != "cuda":
+    sys.exit(
+        f"{os.path.basename(sys.argv[0])} measures a CUDA GPU and there is none here "
+        f"(tritonforge's path: {tfg.environment().path}); TRITONFORGE_SMOKE=1 runs a toy version."
+    )
+
+
+def toy(full, small):
+    """``full`` for a measurement, ``small`` in a toy run (shapes, repeats, call counts)."""
+    return small if SMOKE else full
+
+
+def synchronize() -> None:
+    """Wait for the GPU (nothing to wait for on the CPU)."""
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def perf_counter_us(call: Callable[[], object], grad_to_none: Optional[list] = None, calls: int = TOY_CALLS) -> float:
+    """Mean wall time of ``calls`` calls after one warm-up call, µs: the toy runs' only clock."""
+    call()
+    synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        for tensor in grad_to_none or ():
+            tensor.grad = None
+        call()
+    synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def do_bench_us(call: Callable[[], object], grad_to_none: Optional[list] = None) -> float:
+    """``triton.testing.do_bench`` median (warm-up 25 ms, rep 100 ms), µs; perf_counter in a toy run."""
+    if SMOKE:
+        return perf_counter_us(call, grad_to_none)
+    return bench.do_bench_timer()(call, grad_to_none=grad_to_none)
+
+
+def device_us(call: Callable[[], object], grad_to_none: Optional[list] = None) -> float:
+    """Device time (``bench.device_time_us``: CUDA-graph replays, median), µs; perf_counter in a toy run."""
+    if SMOKE:
+        return perf_counter_us(call, grad_to_none)
+    return bench.device_time_us(call, grad_to_none=grad_to_none)
+
+
+def copy_ceiling() -> dict:
+    """The harness's copy-bandwidth row (``bench.measure_copy``), the denominator of every fraction."""
+    if SMOKE:
+        return bench.measure_copy(TOY_COPY_BYTES, device=DEVICE, timer=perf_counter_us)
+    return bench.measure_copy(bench.COPY_BYTES, device="cuda", timer=bench.do_bench_timer())
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name() if DEVICE == "cuda" else tfg.environment().device
+
+
+def meta() -> dict:
+    """Keys a toy run adds to what a script writes, so that its file is never read as a measurement."""
+    return {"smoke": True} if SMOKE else {}

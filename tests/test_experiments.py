@@ -1,0 +1,244 @@
+"""The experiments in benchmarks/experiments/ keep working.
+
+Every script there is either kept or retired (benchmarks/experiments/README.md). A kept script
+imports only public names of tritonforge (a kernel it launches on purpose excepted) and runs a toy
+version of itself (``TRITONFORGE_SMOKE=1``: tiny shapes, time.perf_counter): here each one runs in a
+subprocess on the CPU (Triton's interpreter), with strict routing, and must exit 0 and print or
+write what a measurement would. A retired script's recorded output stays, and the README names the
+commit that still has the script.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tritonforge.reference import TOLERANCE
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = REPO / "benchmarks" / "experiments"
+
+KEPT = {
+    "inductor_rmsnorm.py",
+    "op_integration.py",
+    "rmsnorm_bwd_programs.py",
+    "rmsnorm_fwd_blocks.py",
+    "rmsnorm_fwd_bwd_host.py",
+    "rmsnorm_fwd_decode.py",
+    "rmsnorm_fwd_passes.py",
+}
+HELPERS = {"smoke.py"}  # imported by the scripts, not a script
+RETIRED = {  # script -> the recorded output it leaves behind
+    "rmsnorm_fwd_variants.py": "rmsnorm-fwd-variants-nvidia-h200-2026-11-29.json",
+    "rmsnorm_bwd_variants.py": "rmsnorm-bwd-variants-nvidia-h200-2026-11-29.json",
+    "rmsnorm_bwd_host_lines.py": "rmsnorm-bwd-host-lines-nvidia-h200-2026-11-29.txt",
+    "copy_same_size_probe.py": "copy-same-size-probe-nvidia-h200-2026-11-29.txt",
+}
+DELIBERATE_KERNELS = {"_rms_norm_fwd_kernel", "_rms_norm_bwd_kernel"}
+"""Private names a script may use: a kernel it launches itself with its own choices."""
+
+TIMEOUT_S = 180
+"""Far above what a toy run takes (2-12 s here); only a hung interpreter should ever reach it."""
+
+
+
+def tolerance(row: dict) -> float:
+    return TOLERANCE[getattr(torch, row["dtype"])]
+
+
+def run_toy(script: str, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
+    """Run ``script`` as a user would (``python benchmarks/experiments/SCRIPT``), in its toy mode,
+    on the CPU, with strict routing (a fallback to the PyTorch reference is an error)."""
+    env = dict(os.environ, TRITONFORGE_SMOKE="1", TRITONFORGE_STRICT="1", CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
+    env.update(env_extra)
+    result = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / script), *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, (
+        f"{script} {' '.join(args)} exited {result.returncode}\n"
+        f"--- stdout (tail)\n{result.stdout[-3000:]}\n--- stderr (tail)\n{result.stderr[-3000:]}"
+    )
+    return result
+
+
+def read_json(path: Path) -> dict:
+    data = json.loads(path.read_text())
+    assert data.get("smoke") is True or data.get("meta", {}).get("smoke") is True, "a toy run's file must say so"
+    return data
+
+
+# ----------------------------------------------------------------------------------------------
+# The inventory and the import rule (no subprocess)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_every_script_is_kept_or_retired():
+    present = {p.name for p in EXPERIMENTS.glob("*.py")}
+    assert present == KEPT | HELPERS, f"new or missing scripts: {sorted(present ^ (KEPT | HELPERS))}"
+    assert not present & set(RETIRED)
+
+
+def test_retired_scripts_leave_their_output_and_a_commit_to_find_them():
+    readme = (EXPERIMENTS / "README.md").read_text()
+    for script, output in RETIRED.items():
+        assert (EXPERIMENTS / output).is_file(), f"{output} (the recorded output of {script}) must stay"
+        row = next((line for line in readme.splitlines() if line.startswith(f"| `{script}`")), None)
+        assert row is not None, f"README.md has no row for {script}"
+        found = re.search(r"retired.*?commit `?([0-9a-f]{7,40})`?", row)
+        assert found, f"README.md's row for {script} must say 'retired' and name the commit that has it: {row[:200]}"
+        if (REPO / ".git").exists():
+            shown = subprocess.run(
+                ["git", "cat-file", "-e", f"{found.group(1)}:benchmarks/experiments/{script}"], cwd=REPO, capture_output=True, check=False
+            )
+            assert shown.returncode == 0, f"commit {found.group(1)} has no benchmarks/experiments/{script}"
+
+
+def private_uses(source: str) -> list[str]:
+    """Private tritonforge names a script reaches, and import tricks: what the rule forbids."""
+    tree = ast.parse(source)
+    bound: set[str] = set()  # local names bound to tritonforge modules or objects
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "tritonforge":
+                    bound.add((alias.asname or alias.name).split(".")[0])
+                    found += [f"import {alias.name}" for part in alias.name.split(".") if part.startswith("_")]
+                if alias.name == "importlib":
+                    found.append("import importlib")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("tritonforge", "smoke"):
+            if any(part.startswith("_") for part in node.module.split(".")):
+                found.append(f"from {node.module} import ...")
+            for alias in node.names:
+                bound.add(alias.asname or alias.name)
+                if alias.name.startswith("_") and alias.name not in DELIBERATE_KERNELS:
+                    found.append(f"from {node.module} import {alias.name}")
+        elif isinstance(node, ast.Name) and node.id == "__import__":
+            found.append("__import__")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in bound and node.attr not in DELIBERATE_KERNELS:
+                found.append(f"{ast.unparse(node)} (line {node.lineno})")
+    return found
+
+
+@pytest.mark.parametrize("script", sorted(KEPT | HELPERS))
+def test_scripts_import_only_public_names(script):
+    assert private_uses((EXPERIMENTS / script).read_text()) == []
+
+
+def test_the_import_rule_catches_what_it_should():
+    source = (
+        "import importlib\nimport tritonforge as tfg\nfrom tritonforge.ops import rmsnorm\nfrom tritonforge import _triton\n"
+        "rmsnorm._row_config(8, None)\ntfg.ops.rmsnorm._launch_fwd\nrmsnorm._rms_norm_fwd_kernel[(1,)]()\n"
+        "__import__('triton')\n"
+    )
+    assert sorted(private_uses(source)) == [
+        "__import__", "from tritonforge import _triton", "import importlib",
+        "rmsnorm._row_config (line 5)", "tfg.ops.rmsnorm._launch_fwd (line 6)",
+    ]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# Each kept script, toy-sized, in a subprocess on the CPU
+# ----------------------------------------------------------------------------------------------
+
+
+def test_a_measurement_without_a_gpu_stops_at_once_and_says_why(tmp_path):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
+    env.pop("TRITONFORGE_SMOKE", None)
+    out = tmp_path / "out.json"
+    result = subprocess.run([sys.executable, str(EXPERIMENTS / "rmsnorm_fwd_blocks.py"), str(out)], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)  # fmt: skip
+    assert result.returncode != 0
+    assert "measures a CUDA GPU" in result.stderr and "TRITONFORGE_SMOKE=1" in result.stderr
+    assert not out.exists()
+
+
+def test_inductor_rmsnorm():
+    result = run_toy("inductor_rmsnorm.py", TORCH_LOGS="output_code")
+    line = re.search(r"float32 3x96: compiled, max rel err vs float64 (\S+)", result.stdout)
+    assert line and float(line.group(1)) <= TOLERANCE[torch.float32], result.stdout
+    assert "Output code" in result.stderr  # what the measurement keeps: the generated code
+
+
+def test_rmsnorm_fwd_blocks(tmp_path):
+    run_toy("rmsnorm_fwd_blocks.py", str(tmp_path / "out.json"))
+    data = read_json(tmp_path / "out.json")
+    assert data["copy"]["status"] == "ok" and data["copy"]["gbps"] > 0
+    assert {(r["dtype"], r["block"], r["nw"]) for r in data["rows"]} == {
+        ("bfloat16", 128, 4), ("bfloat16", 32, 4), ("float32", 64, 4), ("float32", 16, 8),
+    }  # fmt: skip
+    for row in data["rows"]:  # the column loop (block < N) and one pass both give right answers
+        assert row["err"] <= tolerance(row) and row["us"] > 0, row
+
+
+def test_rmsnorm_fwd_passes(tmp_path):
+    run_toy("rmsnorm_fwd_passes.py", str(tmp_path / "out.json"))
+    data = read_json(tmp_path / "out.json")
+    assert {r["variant"] for r in data["rows"]} == {"one pass", "two passes, block N", "two passes, block 32"}
+    assert {(r["dtype"], r["m"], r["n"]) for r in data["rows"]} == {("bfloat16", 3, 96), ("float32", 2, 128)}
+    for row in data["rows"]:  # the kernel launched by hand, eps in two halves, each variant right
+        assert row["err"] <= tolerance(row), row
+
+
+def test_rmsnorm_fwd_decode(tmp_path):
+    result = run_toy("rmsnorm_fwd_decode.py", str(tmp_path / "out.json"))  # asserts every choice's error itself
+    data = read_json(tmp_path / "out.json")
+    choices = {r["choice"] for r in data["rows"]}
+    assert {"torch.compile", "package", "block 128 warps 4 one pass", "block 32 warps 8 two passes"} <= choices
+    assert len(data["rows"]) == 2 * 2 * 6  # dtypes x rows x (torch.compile, package, four choices)
+    assert "<- package: (128, 4, True)" in result.stdout
+
+
+def test_rmsnorm_bwd_programs(tmp_path):
+    result = run_toy("rmsnorm_bwd_programs.py", str(tmp_path / "out.json"))
+    data = read_json(tmp_path / "out.json")
+    assert [(r["dtype"], r["programs_per_sm"]) for r in data["rows"]] == [
+        ("bfloat16", 1), ("bfloat16", 2), ("bfloat16", 3), ("float32", 1), ("float32", 2), ("float32", 3),
+    ]  # fmt: skip
+    assert all(r["graph_us"] > 0 and r["do_bench_us"] > 0 for r in data["rows"])
+    assert result.stdout.startswith("copy GB/s")
+
+
+def test_rmsnorm_fwd_bwd_host():
+    out = run_toy("rmsnorm_fwd_bwd_host.py").stdout
+    for impl in ("tritonforge", "hf-eager", "F.rms_norm", "torch.compile", "allocate-only Function", "x * w (C++ backward)"):
+        for engine in ("engine thread", "calling thread"):
+            assert re.search(rf"bfloat16 3x96 backward on {engine}\s+{re.escape(impl)}\s+host us/step", out), (impl, engine, out)
+    for part in ("tfg.rms_norm (forward)", "y.backward (all of it)", "rms_norm_bwd inside it"):
+        assert f"bfloat16 1x96 inside the step: {part}" in out, out
+    for part in ("rms_norm_fwd", "rms_norm_bwd", "tfg.rms_norm (no grad)"):
+        assert f"bfloat16 1x96 alone, in a loop: {part}" in out, out
+
+
+def test_op_integration_launch(tmp_path):
+    run_toy("op_integration.py", "launch", str(tmp_path / "launch.json"))
+    data = read_json(tmp_path / "launch.json")
+    assert data["meta"]["part"] == "launch"
+    assert {(r["op"], r["dtype"], tuple(r["shape"])) for r in data["rows"]} == {
+        (op, dtype, shape) for op in ("rms_norm", "axpy") for dtype in ("bfloat16", "float32") for shape in ((1, 64), (3, 96))
+    }  # fmt: skip
+    assert all(r["host_us"] > 0 and r["do_bench_us"] is None for r in data["rows"])
+
+
+def test_op_integration_compiled(tmp_path):
+    run_toy("op_integration.py", "compiled", str(tmp_path / "compiled.json"))
+    data = read_json(tmp_path / "compiled.json")
+    # on the CPU: aot_eager, and no triton_op row (the interpreter cannot be traced with FakeTensors)
+    assert {(r["impl"], r["mode"]) for r in data["rows"]} == {("tritonforge (custom_op)", "aot_eager"), ("HF formula", "aot_eager")}
+    for row in data["rows"]:
+        assert row["rel_err_vs_hf"] <= tolerance(row), row
