@@ -91,3 +91,17 @@ def test_build_executes_notebooks_and_fails_on_errors():
     assert CONFIG["execute"]["allow_errors"] is False
     assert CONFIG["execute"]["timeout"] > 0
     assert CONFIG["sphinx"]["config"]["nb_execution_raise_on_error"] is True
+
+
+def test_every_subpackage_is_packaged():
+    """pyproject.toml lists the packages a non-editable install (Colab's pip install from git)
+    ships: every folder of tritonforge with an __init__.py must be there, or an import fails there
+    while the editable checkout still works."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {
+        ".".join(init.parent.relative_to(root).parts) for init in (root / "tritonforge").rglob("__init__.py")
+    }
+    assert on_disk <= listed, f"not packaged: {sorted(on_disk - listed)}"

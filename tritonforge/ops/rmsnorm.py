@@ -28,7 +28,7 @@ rsqrt, two multiplies), each a trip through HBM. The fused forward reads ``x`` a
 and writes ``y`` and ``rstd``: when a row fits in one block (``N <= BLOCK_N``) the row stays in
 registers between the sum of squares and the normalization. Longer rows loop over column
 blocks twice (sum of squares, then normalize and store), so the second read usually hits L2;
-``_fwd_config`` also sends rows of 4096 through the two passes when there are many rows, where
+``fwd_config`` also sends rows of 4096 through the two passes when there are many rows, where
 that measured faster.
 
 Dtypes and casting (Hugging Face ``LlamaRMSNorm`` semantics)::
