@@ -155,13 +155,14 @@ def test_rmsnorm_rows_check_our_kernel(device):
         assert rows[0]["status"] == "ok", rows[0]["note"]
 
 
-def test_our_row_is_an_error_when_the_call_falls_back(monkeypatch):
-    """Strict routing in the check: a row named tritonforge must time the kernel, not the reference."""
+def test_our_row_is_an_error_when_the_call_falls_back(monkeypatch, device):
+    """Strict routing in the check: a row named tritonforge must time the kernel, not the reference
+    (``device``: where the kernel runs here, so that only the patched route reports a fallback)."""
     from tritonforge import runtime
 
     monkeypatch.setattr(runtime, "last_path", lambda op: "torch")
     rows = bench.run_op_suite(bench.RMSNORM_FORWARD, None, dtypes=[torch.float32], shapes=[(2, 64)],
-                              impls=["tritonforge", "hf-eager"], device="cpu", timer=FakeTimer())  # fmt: skip
+                              impls=["tritonforge", "hf-eager"], device=device, timer=FakeTimer())  # fmt: skip
     assert rows[0]["status"] == "error" and "fallback" in rows[0]["note"]
     assert rows[1]["status"] == "ok"
 
