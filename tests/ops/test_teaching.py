@@ -120,6 +120,8 @@ def test_add_2d_does_not_write_inputs(device):
 def test_empty_inputs(device):
     assert teaching.vector_add(torch.empty(0, 3, device=device), torch.empty(0, 3, device=device)).shape == (0, 3)
     assert teaching.add_2d(torch.empty(4, 0, device=device), torch.empty(4, 0, device=device)).shape == (4, 0)
+    for op in ("vector_add", "add_2d"):  # recorded, and not a fallback (strict mode allows it)
+        assert tfg.last_route(op).path == "torch" and tfg.last_route(op).reason == "empty"
 
 
 def test_nan_propagates(device):

@@ -201,7 +201,8 @@ def vector_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         which path computed it.
     """
     device = _check_pair(x, y)
-    if x.numel() == 0:
+    if x.numel() == 0:  # nothing to launch: recorded, not a fallback
+        runtime.record_empty("vector_add")
         return torch.empty_like(x, memory_format=torch.contiguous_format)
     return runtime.dispatch(
         "vector_add",
@@ -226,7 +227,8 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     device = _check_pair(x, y)
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
-    if x.numel() == 0:
+    if x.numel() == 0:  # nothing to launch: recorded, not a fallback
+        runtime.record_empty("add_2d")
         return torch.empty(tuple(x.shape), dtype=x.dtype, device=device)
     return runtime.dispatch(
         "add_2d",
