@@ -20,9 +20,10 @@ import time
 
 import torch
 
-import tritonforge as tfg  # noqa: I001 (first: it decides the interpreter flag before triton)
+import tritonforge as tfg  # before triton: it decides the interpreter flag
 from tritonforge import bench
 from tritonforge.kernel_utils import split_float
+
 import triton.language as tl
 import triton.testing
 
@@ -94,4 +95,6 @@ text = io.StringIO()
 pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
 print(text.getvalue()[:6000])
 if len(sys.argv) > 1:
-    json.dump({"schema": bench.results.HOST_OVERHEAD_SCHEMA, "rows": rows, "host_split_1x8192_bf16": split, "profile_top": text.getvalue()[:20000], "torch": torch.__version__}, open(sys.argv[1], "w"), indent=1)
+    record = {"schema": bench.results.HOST_OVERHEAD_SCHEMA, "rows": rows, "host_split_1x8192_bf16": split,
+              "profile_top": text.getvalue()[:20000], "torch": torch.__version__}
+    json.dump(record, open(sys.argv[1], "w"), indent=1)

@@ -6,8 +6,8 @@ interpreter on (``TRITON_INTERPRET=1``), which only works if it happens before `
 
 from tritonforge import _triton  # noqa: F401  (first: decides TRITON_INTERPRET, imports triton)
 from tritonforge.ops.fused_axpy import axpy
-from tritonforge.ops.teaching import add_2d, program_map, vector_add
 from tritonforge.ops.rmsnorm import rms_norm
+from tritonforge.ops.teaching import add_2d, program_map, vector_add
 from tritonforge.runtime import (
     FallbackError,
     FallbackWarning,

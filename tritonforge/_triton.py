@@ -43,7 +43,7 @@ except ImportError as exc:  # Triton ships Linux wheels only
     class _Stand_in:
         """Answers any attribute so that annotations like ``tl.constexpr`` still evaluate."""
 
-        def __getattr__(self, name: str) -> "_Stand_in":
+        def __getattr__(self, name: str) -> _Stand_in:
             return self
 
         def __call__(self, *args, **kwargs):

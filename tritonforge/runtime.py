@@ -37,7 +37,8 @@ import os
 import platform
 import threading
 import warnings
-from typing import Callable, Iterator, Optional, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Optional
 
 import torch
 
@@ -156,7 +157,7 @@ def device_capability(device: torch.device) -> Optional[tuple[int, int]]:
     return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda_capability(index: int) -> tuple[int, int]:
     # Cached: torch.cuda.get_device_capability costs tens of microseconds per call, which a
     # decode-sized kernel call (a few microseconds on the GPU) cannot afford. A device's
@@ -164,7 +165,7 @@ def _cuda_capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sm_count(index: int) -> int:
     """Streaming multiprocessors of CUDA device ``index`` (cached like the capability)."""
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -183,7 +184,7 @@ def shared_memory_per_block(device: torch.device) -> Optional[int]:
     return _cuda_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda_shared_memory(index: int) -> int:
     props = torch.cuda.get_device_properties(index)
     optin = getattr(props, "shared_memory_per_block_optin", None)
@@ -204,7 +205,7 @@ def supports_bf16(device: torch.device) -> bool:
     return cap is None or cap >= (8, 0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _served(op: str, path: str) -> Route:
     # The Route of a call served by a kernel carries no detail, so one object per (op, path) is
     # built once and reused: a dataclass per call would cost host time on every launch.

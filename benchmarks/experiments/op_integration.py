@@ -32,6 +32,7 @@ import time
 import torch
 
 import tritonforge as tfg  # first: it decides the interpreter flag before triton loads
+
 import triton
 import triton.testing
 

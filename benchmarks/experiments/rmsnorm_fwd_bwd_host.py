@@ -23,8 +23,8 @@ import time
 import torch
 
 import smoke  # first: imports tritonforge before triton
-from smoke import DEVICE, toy
 import tritonforge as tfg
+from smoke import DEVICE, toy
 from tritonforge import bench
 from tritonforge.ops import rmsnorm as rms_norm_module  # tfg.rms_norm is the function
 
@@ -106,7 +106,7 @@ def split_of_our_step(n=8192, steps=STEPS):
 
     rms_norm_module.rms_norm_bwd = timed_bwd
     try:
-        for phase in ("warm-up", "measured"):
+        for _phase in ("warm-up", "measured"):
             spent.update(dict.fromkeys(spent, 0.0))
             for _ in range(steps):
                 x.grad = w.grad = None

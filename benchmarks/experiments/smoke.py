@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import torch
 

@@ -1,6 +1,7 @@
 """Solution to exercise 2a: ``out = max(x + bias, 0)`` over a strided 2-D view, one tile per program."""
 
 import tritonforge  # noqa: F401  (first: it switches Triton's interpreter on when there is no GPU)
+
 import triton
 import triton.language as tl
 

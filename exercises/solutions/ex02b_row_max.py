@@ -1,6 +1,7 @@
 """Solution to exercise 2b: the maximum of each row, ``BLOCK_N`` columns at a time."""
 
 import tritonforge  # noqa: F401  (first: it switches Triton's interpreter on when there is no GPU)
+
 import triton
 import triton.language as tl
 

@@ -5,6 +5,7 @@
 """
 
 import tritonforge  # noqa: F401  (first: it switches Triton's interpreter on when there is no GPU)
+
 import triton
 import triton.language as tl
 

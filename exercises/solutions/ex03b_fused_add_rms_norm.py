@@ -5,10 +5,10 @@ Hugging Face casting: ``y = w * (h * rstd).to(x.dtype)``, ``rstd = 1 / sqrt(mean
 """
 
 import tritonforge  # noqa: F401  (first: it switches Triton's interpreter on when there is no GPU)
+from tritonforge.kernel_utils import cast_for_store
+
 import triton
 import triton.language as tl
-
-from tritonforge.kernel_utils import cast_for_store
 
 
 @triton.jit

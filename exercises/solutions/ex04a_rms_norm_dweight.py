@@ -7,6 +7,7 @@ happens in an order fixed by the code, so the result is the same on every run.
 """
 
 import tritonforge  # noqa: F401  (first: it switches Triton's interpreter on when there is no GPU)
+
 import triton
 import triton.language as tl
 

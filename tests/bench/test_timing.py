@@ -41,7 +41,7 @@ def test_the_tolerance_is_the_reference_table():
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         row = bench.make_row("t", "copy", "clone", dtype, [4])
         x = torch.ones(4, dtype=torch.float64)
-        bench.measure(row, run=lambda: x, check=lambda: 0.0, timer=FakeTimer(), ceilings=None)
+        bench.measure(row, run=lambda x=x: x, check=lambda: 0.0, timer=FakeTimer(), ceilings=None)
         assert row["tolerance"] == TOLERANCE[dtype]
     row = bench.make_row("t", "matmul", "mm", torch.float32, [4])
     bench.measure(row, run=lambda: x, check=lambda: 0.0, timer=FakeTimer(), ceilings=None, tolerance_scale=4.0)

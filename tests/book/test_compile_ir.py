@@ -64,11 +64,13 @@ def _fake_variant(kernel, name, regs):
 
 
 def test_recordings_round_trip_and_the_newest_gpu_one_wins(tmp_path):
-    old = compile_ir.CompileRecords([_fake_variant("vector_add", "v", 20)], compile_ir.compile_metadata(device_name="NVIDIA H200", compute_capability="9.0"))
+    h200 = dict(device_name="NVIDIA H200", compute_capability="9.0")
+    old = compile_ir.CompileRecords([_fake_variant("vector_add", "v", 20)], compile_ir.compile_metadata(**h200))
     old.metadata.update(date="2026-01-01", created="2026-01-01T00:00:00+00:00")
-    new = compile_ir.CompileRecords([_fake_variant("vector_add", "v", 30)], compile_ir.compile_metadata(device_name="NVIDIA H200", compute_capability="9.0"))
+    new = compile_ir.CompileRecords([_fake_variant("vector_add", "v", 30)], compile_ir.compile_metadata(**h200))
     new.metadata.update(date="2026-02-01", created="2026-02-01T00:00:00+00:00")
-    offline = compile_ir.CompileRecords([_fake_variant("vector_add", "v", 99)], compile_ir.compile_metadata(device_name="x", compute_capability="9.0", offline=True))
+    offline_metadata = compile_ir.compile_metadata(device_name="x", compute_capability="9.0", offline=True)
+    offline = compile_ir.CompileRecords([_fake_variant("vector_add", "v", 99)], offline_metadata)
     (path_old,) = compile_ir.write_compile_records(old, tmp_path)
     (path_new,) = compile_ir.write_compile_records(new, tmp_path)
     compile_ir.write_compile_records(offline, tmp_path)

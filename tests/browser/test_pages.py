@@ -158,7 +158,7 @@ def _source_has_math(source: Path | None) -> bool:
     return _markdown_has_math(source.read_text(encoding="utf-8"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _anchors(path: Path) -> frozenset[str]:
     text = path.read_text(encoding="utf-8", errors="replace")
     return frozenset(re.findall(r"""\b(?:id|name)=["']([^"']+)["']""", text))

@@ -7,11 +7,9 @@ import pytest
 import torch
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
-
 from tritonforge import exercise
 
 from . import notebooks
-
 
 # Planted wrong answers: the mistakes a learner is most likely to make ---------------------------
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 import pytest
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
+from tritonforge import exercise
+
 import triton
 import triton.language as tl
 
-from tritonforge import exercise
-
 from . import notebooks
-
 
 # Planted wrong answers: the mistakes a learner is most likely to make ---------------------------
 

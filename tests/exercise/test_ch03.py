@@ -8,14 +8,13 @@ import pytest
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
 import tritonforge.runtime
-import triton
-import triton.language as tl
-
 from tritonforge import exercise
 from tritonforge.kernel_utils import cast_for_store
 
-from . import notebooks
+import triton
+import triton.language as tl
 
+from . import notebooks
 
 # Exercise 3a: LayerNorm forward ---------------------------------------------------------------
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
+from tritonforge import exercise
+
 import triton
 import triton.language as tl
-
-from tritonforge import exercise
 
 from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04
 from .test_ch01 import intensity_counts_macs

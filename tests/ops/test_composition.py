@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -286,7 +286,10 @@ def test_rms_norm_fp64_eps_is_exact(device):
 
 @pytest.mark.parametrize("op", OPS, ids=IDS)
 def test_empty_input_records_its_route(op, device):
-    inputs = [t[:0] for t in op.make(torch.float32, device)] if op.name == "axpy" else [torch.randn(0, 8, device=device), torch.randn(8, device=device)]
+    if op.name == "axpy":
+        inputs = [t[:0] for t in op.make(torch.float32, device)]
+    else:
+        inputs = [torch.randn(0, 8, device=device), torch.randn(8, device=device)]
     out = op.call(*inputs)
     assert out.numel() == 0
     route = tfg.last_route(op.name)

@@ -13,12 +13,11 @@ import pytest
 import torch
 
 from tritonforge import runtime
-from tritonforge.reference import rms_norm_ref
 from tritonforge.ops import rmsnorm as rms_norm_module
 from tritonforge.ops.rmsnorm import rms_norm, rms_norm_bwd, rms_norm_fwd
+from tritonforge.reference import rms_norm_ref
 
 from ..helpers import assert_within_budget
-
 
 
 @pytest.fixture(autouse=True)

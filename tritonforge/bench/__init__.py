@@ -31,7 +31,7 @@ command says so and points to the recorded results (``benchmarks/results``, sche
 ``benchmarks/README.md``), because the CPU interpreter would time the interpreter.
 """
 
-from tritonforge.bench.costs import (
+from tritonforge.bench.costs import (  # noqa: I001  (the docstring's order: each module imports only the ones above it)
     Ceilings,
     Cost,
     add_throughput,

@@ -25,7 +25,8 @@ bandwidth and its FLOPs at the arithmetic rate, whichever is longer,
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Optional
+from collections.abc import Iterable
+from typing import Optional
 
 import torch
 
@@ -153,12 +154,12 @@ class Ceilings:
         return {"copy_gbps": self.copy_gbps, "matmul_tflops": dict(self.matmul_tflops)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Ceilings":
+    def from_dict(cls, data: dict) -> Ceilings:
         copy_gbps = data.get("copy_gbps")
         return cls(float("nan") if copy_gbps is None else float(copy_gbps), dict(data.get("matmul_tflops") or {}))
 
     @classmethod
-    def from_rows(cls, rows: Iterable[dict]) -> "Ceilings":
+    def from_rows(cls, rows: Iterable[dict]) -> Ceilings:
         copy_gbps, matmul = float("nan"), {}
         for row in rows:
             if row["suite"] != "ceilings" or row["status"] != "ok":

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 import torch
 

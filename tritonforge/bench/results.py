@@ -25,8 +25,9 @@ import os
 import platform
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 

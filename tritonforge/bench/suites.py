@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Optional
 
 import torch
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import torch
 

@@ -22,7 +22,8 @@ import json
 import pathlib
 import platform
 import re
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 import torch
 

@@ -18,7 +18,8 @@ works where matplotlib is absent; with no display it draws with the Agg backend.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Optional
 
 from tritonforge.bench.costs import Ceilings
 from tritonforge.bench.report import shape_label

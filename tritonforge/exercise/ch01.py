@@ -6,7 +6,8 @@ the check compares exact counts (and the ratio to 1e-9) on fixed and random shap
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import torch
 

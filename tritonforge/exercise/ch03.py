@@ -62,7 +62,9 @@ def launch_layer_norm_fwd(
     return out
 
 
-def _layer_norm_case(name: str, spec: ViewSpec, *, loc: float = 0.0, spread: float = 0.0, scale: float = 1.0, rtol: Optional[float] = None, hint: str = "") -> Case:
+def _layer_norm_case(
+    name: str, spec: ViewSpec, *, loc: float = 0.0, spread: float = 0.0, scale: float = 1.0, rtol: Optional[float] = None, hint: str = ""
+) -> Case:
     """Rows of ``loc + spread * randn(row) + scale * randn`` (``spread``: a different mean per row)."""
     M, N = spec.shape
     block = triton.next_power_of_2(N)

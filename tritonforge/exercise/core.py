@@ -27,7 +27,8 @@ import dataclasses
 import html
 import math
 import os
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 import torch
 
