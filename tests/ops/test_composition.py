@@ -89,7 +89,7 @@ def test_compile_fullgraph_no_recompiles_forward_and_backward(op, device):
         compiled_bwd = torch.compile(eager, fullgraph=True, backend="aot_eager")
         for _ in range(2):
             got = _grads(compiled_bwd, inputs)
-    for g, e in zip(got, _grads(eager, inputs)):
+    for g, e in zip(got, _grads(eager, inputs), strict=True):
         torch.testing.assert_close(g, e, rtol=1e-6, atol=1e-6)
 
 
@@ -127,7 +127,7 @@ def test_gpu_compile_inductor_and_cuda_graphs(op, mode):
         compiled_bwd = torch.compile(eager, fullgraph=True, mode=mode)
         for _ in range(3):
             got = _grads(compiled_bwd, inputs)
-    for g, e in zip(got, _grads(eager, inputs)):
+    for g, e in zip(got, _grads(eager, inputs), strict=True):
         torch.testing.assert_close(g, e, rtol=3e-2, atol=3e-2)
 
 
@@ -315,7 +315,7 @@ def test_backward_kernel_failure_falls_back_with_a_warning(device, monkeypatch):
     assert route.path == "torch" and route.reason == "kernel-error" and "injected" in route.detail
     assert tfg.last_path("rms_norm") == _kernel_path(device)  # the forward still ran the kernel
     expected = _grads(lambda a, b: reference.rms_norm_ref(a, b, 1e-5), (x, w))
-    for g, e in zip((leaves[0].grad, leaves[1].grad), expected):
+    for g, e in zip((leaves[0].grad, leaves[1].grad), expected, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
 
 
