@@ -1,7 +1,8 @@
-"""The exercise notebooks as the tests see them: the shipped stub (the cell tagged
-``exercise-stub``), the reference solution in ``exercises/solutions/``, and the assertions every
-exercise's tests make about them (the check fails every case on the stub, passes on the solution,
-and the notebook's check cell calls it)."""
+"""The exercise notebooks as the tests see them: the stub as shipped (the package's copy of the
+cell tagged ``exercise-stub``, ``tritonforge.exercise.stubs``: never the notebook in the working
+tree, which a learner may have solved in place), the reference solution in
+``exercises/solutions/``, and the assertions every exercise's tests make about them (the check
+fails every case on the stub, passes on the solution, and the notebook's check cell calls it)."""
 
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ def cells(notebook: pathlib.Path, tag: str) -> list[str]:
 
 
 def shipped_stub(stem: str, name: str, tmp_path: pathlib.Path):
-    """The untouched stub: the notebook's ``exercise-stub`` cell, written to a file and imported."""
-    (source,) = cells(EXERCISES / f"{stem}.ipynb", "exercise-stub")
+    """The stub as shipped (``tritonforge.exercise.stubs``), written to a file and imported."""
+    from tritonforge.exercise.stubs import STUBS
+
     path = tmp_path / f"stub_{stem}.py"
-    path.write_text(STUB_HEADER + source + "\n", encoding="utf-8")
+    path.write_text(STUB_HEADER + STUBS[stem] + "\n", encoding="utf-8")
     return getattr(_load_module(path, f"stub_{stem}"), name)
 
 
@@ -57,6 +59,17 @@ def assert_check_fails_every_case_on_the_shipped_stub(stem: str, name: str, chec
     assert not report.passed
     assert report.n_passed == 0, str(report)
     assert all(row.detail for row in report.rows), "every failure says why"
+
+
+PLANTED_SEEDS = (None, 1, 2, 3, 4)
+"""A planted wrong answer must fail the check on the default seed and on every other one tried:
+a mistake caught by chance on some seeds is not caught."""
+
+
+def assert_check_fails_on_every_seed(check, wrong) -> None:
+    for seed in PLANTED_SEEDS:
+        report = check(wrong, seed=seed)
+        assert not report.passed, f"{wrong.__name__} passed with seed {seed}:\n{report}"
 
 
 def assert_gpu_checks_on_compiled_kernels(stem: str, name: str, check, planted, tmp_path: pathlib.Path, *, skip=()) -> None:

@@ -1,11 +1,13 @@
 r"""Exercise checks: run a learner's function on a list of cases and show a verdict per case.
 
-The learner edits a stub in an exercise notebook and runs ``exercise.check_<exercise>(fn)``; the
-check runs every case on fresh inputs, never raises (an exception from the learner's code is a
-failed case that says why), and returns a :class:`Report` that renders as a table in the
-notebook and has ``assert_passed()`` for pytest. The exercise notebooks and ``tests/exercise/``
-call the same functions. Inputs are drawn afresh on every check from a seed that the report
-prints; pass ``seed=`` to replay a run.
+The learner edits a stub in an exercise notebook, tries it with ``exercise.try_<exercise>(fn, ...)``
+and runs ``exercise.check_<exercise>(fn)``; both run the learner's code guarded (NaN-padded,
+NaN-poisoned buffers) and never raise (an exception from the learner's code is a failed case that
+says why). A check returns a :class:`Report` that renders as a table in the notebook and has
+``assert_passed()`` for pytest. Checks are deterministic: inputs come from a fixed seed
+(``core.DEFAULT_SEED``; ``seed=`` picks another), and the cases are built so that each known
+mistake fails whatever the seed. ``python -m tritonforge.exercise grade`` grades the learner's
+notebooks from the command line (:mod:`tritonforge.exercise.grade`).
 
 =========  ==========================================================================
 module     what it holds
@@ -16,10 +18,13 @@ module     what it holds
 ``ch02``   2a: bias + ReLU over a strided 2-D view; 2b: the maximum of each row
 ``ch03``   3a: LayerNorm forward; 3b: fused residual add + RMSNorm
 ``ch04``   4a: RMSNorm's weight gradient through per-program partial sums
+``grade``  the grading command: reads each notebook's stub cell, runs its check
+``stubs``  every exercise's stub cell as shipped (the tests' proof that checks fail)
 =========  ==========================================================================
 
 Each chapter module gives, per exercise, a float64 reference (``*_ref``), the launcher the
-notebook hands the learner (``launch_*``), the cases (``*_cases``) and the check (``check_*``).
+notebook hands the learner (``launch_*``), the cases (``*_cases``), the check (``check_*``) and
+the guarded run of the notebook's "try it" cell (``try_*``).
 Tolerances come from ``tritonforge.reference.TOLERANCE``. :data:`EXERCISES` maps each
 exercise's name to its check.
 """
@@ -28,11 +33,13 @@ from tritonforge.exercise.ch01 import (
     arithmetic_intensity_cases,
     arithmetic_intensity_ref,
     check_arithmetic_intensity,
+    try_arithmetic_intensity,
 )
 from tritonforge.exercise.ch02 import (
     BIAS_RELU_BLOCK_M,
     BIAS_RELU_BLOCK_N,
     ROW_MAX_BLOCK_N,
+    ROW_MAX_SENTINEL,
     bias_relu_2d_cases,
     bias_relu_2d_ref,
     check_bias_relu_2d,
@@ -41,6 +48,8 @@ from tritonforge.exercise.ch02 import (
     launch_row_max,
     row_max_cases,
     row_max_ref,
+    try_bias_relu_2d,
+    try_row_max,
 )
 from tritonforge.exercise.ch03 import (
     FUSED_ADD_MAX_MISMATCH,
@@ -54,18 +63,22 @@ from tritonforge.exercise.ch03 import (
     launch_layer_norm_fwd,
     layer_norm_fwd_cases,
     layer_norm_ref,
+    try_fused_add_rms_norm,
+    try_layer_norm_fwd,
 )
 from tritonforge.exercise.ch04 import (
     check_rms_norm_dweight,
     launch_rms_norm_dweight,
     rms_norm_dweight_cases,
     rms_norm_dweight_partials_ref,
+    try_rms_norm_dweight,
 )
 from tritonforge.exercise.core import (
     Case,
     Guarded,
     Report,
     Row,
+    Trial,
     Verdict,
     check,
     compare_tensors,
@@ -73,6 +86,7 @@ from tritonforge.exercise.core import (
     guarded,
     kernel_device,
     poisoned_output,
+    run_trial,
 )
 
 EXERCISES = {
@@ -91,6 +105,7 @@ __all__ = [
     "Guarded",
     "Report",
     "Row",
+    "Trial",
     "Verdict",
     "check",
     "compare_tensors",
@@ -98,14 +113,17 @@ __all__ = [
     "guarded",
     "kernel_device",
     "poisoned_output",
+    "run_trial",
     # chapter 1
     "arithmetic_intensity_cases",
     "arithmetic_intensity_ref",
     "check_arithmetic_intensity",
+    "try_arithmetic_intensity",
     # chapter 2
     "BIAS_RELU_BLOCK_M",
     "BIAS_RELU_BLOCK_N",
     "ROW_MAX_BLOCK_N",
+    "ROW_MAX_SENTINEL",
     "bias_relu_2d_cases",
     "bias_relu_2d_ref",
     "check_bias_relu_2d",
@@ -114,6 +132,8 @@ __all__ = [
     "launch_row_max",
     "row_max_cases",
     "row_max_ref",
+    "try_bias_relu_2d",
+    "try_row_max",
     # chapter 3
     "FUSED_ADD_MAX_MISMATCH",
     "FUSED_ADD_RMS_NORM_EPS",
@@ -126,11 +146,14 @@ __all__ = [
     "launch_layer_norm_fwd",
     "layer_norm_fwd_cases",
     "layer_norm_ref",
+    "try_fused_add_rms_norm",
+    "try_layer_norm_fwd",
     # chapter 4
     "check_rms_norm_dweight",
     "launch_rms_norm_dweight",
     "rms_norm_dweight_cases",
     "rms_norm_dweight_partials_ref",
+    "try_rms_norm_dweight",
     # the registry
     "EXERCISES",
 ]

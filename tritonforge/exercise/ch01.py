@@ -12,7 +12,7 @@ from typing import Any, Optional
 import torch
 
 from tritonforge.bench import costs
-from tritonforge.exercise.core import Case, Report, Verdict, check
+from tritonforge.exercise.core import Case, Report, Trial, Verdict, check, run_trial
 
 
 def matmul_bytes(m: int, n: int, k: int, elem: int) -> int:
@@ -101,3 +101,15 @@ def arithmetic_intensity_cases() -> list[Case]:
 def check_arithmetic_intensity(fn: Callable, *, seed: Optional[int] = None) -> Report:
     """Exercise 1a: ``fn(op, shape, dtype) -> (flops, bytes, flop_per_byte)``; exact counts."""
     return check(fn, arithmetic_intensity_cases(), title="arithmetic_intensity", seed=seed)
+
+
+def try_arithmetic_intensity(fn: Callable, op: str, shape: tuple, dtype: torch.dtype) -> Trial:
+    """Exercise 1a's "try it": ``fn(op, shape, dtype)`` on one input, never raising; shows what
+    it returned and whether that is right (the answer itself is the check's to show)."""
+    inputs = (op, tuple(shape), dtype)
+    case = _intensity_case("try", op, lambda gen: inputs[1], dtype)
+
+    def show(got, expected):
+        return [("yours:", repr(got))]
+
+    return run_trial(fn, case, inputs, title=f"arithmetic_intensity{inputs!r}".replace("torch.", ""), show=show)

@@ -2,12 +2,13 @@
 row, looping over a long row in blocks.
 
 Each exercise has a float64 reference (``*_ref``), the launcher the notebook gives the learner
-(``launch_*``: grid, block sizes, strides), its cases (``*_cases``) and its check (``check_*``).
+(``launch_*``: grid, block sizes, strides), its cases (``*_cases``), its check (``check_*``), and
+the guarded run of the notebook's "try it" cell (``try_*``).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -15,14 +16,18 @@ from tritonforge._triton import triton
 from tritonforge.exercise.core import (
     Case,
     Report,
+    Trial,
+    Verdict,
     ViewSpec,
     changed,
     check,
     compare_tensors,
+    format_values,
     guarded,
     kernel_device,
     poisoned_output,
     require_kernel,
+    run_trial,
     snapshot,
     synchronize,
 )
@@ -58,33 +63,51 @@ def launch_bias_relu_2d(kernel, x: torch.Tensor, bias: torch.Tensor, out: Option
     return out
 
 
-def _bias_relu_case(name: str, spec: ViewSpec) -> Case:
-    M, N = spec.shape
-    margin = (BIAS_RELU_BLOCK_M + 1, BIAS_RELU_BLOCK_N + 1)
+BIAS_RELU_MARGIN = (BIAS_RELU_BLOCK_M + 1, BIAS_RELU_BLOCK_N + 1)
 
-    def inputs(gen):
-        device = kernel_device()
-        x = guarded(torch.randn(spec.shape, generator=gen).to(spec.dtype), spec.strides, offset=spec.offset, margin=margin, device=device)
-        bias_len = max(M, N) + BIAS_RELU_BLOCK_M + BIAS_RELU_BLOCK_N  # room for a kernel that indexes bias by row
-        bias = guarded(torch.randn(N, generator=gen).to(spec.dtype), (1,), margin=(bias_len,), device=device)
-        return {"x": x, "bias": bias}
 
-    def run(fn, inp):
-        x, bias = inp["x"], inp["bias"]
-        out = poisoned_output((M, N), spec.dtype, margin=margin, device=x.view.device.type)
-        before = snapshot(x, bias)
-        launch_bias_relu_2d(fn, x.view, bias.view, out.view)
-        synchronize(out.view)
-        return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, bias), before)}
+def _bias_relu_guard(x: torch.Tensor, bias: torch.Tensor, strides, offset: int = 0) -> dict:
+    """x in a view with the given strides inside a NaN margin of a whole tile; bias likewise."""
+    M, N = x.shape
+    device = kernel_device()
+    bias_len = max(M, N) + BIAS_RELU_BLOCK_M + BIAS_RELU_BLOCK_N  # room for a kernel that indexes bias by row
+    return {
+        "x": guarded(x, strides, offset=offset, margin=BIAS_RELU_MARGIN, device=device),
+        "bias": guarded(bias, (1,), margin=(bias_len,), device=device),
+    }
 
-    rtol = TOLERANCE[spec.dtype]
+
+def _bias_relu_run(fn, inp: dict) -> dict:
+    x, bias = inp["x"], inp["bias"]
+    out = poisoned_output(tuple(x.view.shape), x.view.dtype, margin=BIAS_RELU_MARGIN, device=x.view.device.type)
+    before = snapshot(x, bias)
+    launch_bias_relu_2d(fn, x.view, bias.view, out.view)
+    synchronize(out.view)
+    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, bias), before)}
+
+
+def _bias_relu_case_of(name: str, inputs) -> Case:
+    def compare(got, exp, inp):
+        return compare_tensors(got, exp, rtol=TOLERANCE[inp["x"].view.dtype])
+
     return Case(
         name=name,
         inputs=inputs,
-        run=run,
+        run=_bias_relu_run,
         expected=lambda inp: bias_relu_2d_ref(inp["x"].view, inp["bias"].view),
-        compare=lambda got, exp, inp: compare_tensors(got, exp, rtol=rtol),
+        compare=compare,
     )
+
+
+def _bias_relu_case(name: str, spec: ViewSpec) -> Case:
+    M, N = spec.shape
+
+    def inputs(gen):
+        x = torch.randn(spec.shape, generator=gen).to(spec.dtype)
+        bias = torch.randn(N, generator=gen).to(spec.dtype)
+        return _bias_relu_guard(x, bias, spec.strides, spec.offset)
+
+    return _bias_relu_case_of(name, inputs)
 
 
 def bias_relu_2d_cases() -> list[Case]:
@@ -102,6 +125,18 @@ def bias_relu_2d_cases() -> list[Case]:
 def check_bias_relu_2d(kernel, *, seed: Optional[int] = None) -> Report:
     """Exercise 2a: the learner's ``bias_relu_2d_kernel`` on views with awkward shapes and strides."""
     return check(kernel, bias_relu_2d_cases(), title="bias_relu_2d_kernel", seed=seed)
+
+
+def _show_out(got: dict, expected: torch.Tensor) -> list[tuple[str, str]]:
+    return [("yours:", format_values(got["out"])), ("expected:", format_values(expected))]
+
+
+def try_bias_relu_2d(kernel, x: torch.Tensor, bias: torch.Tensor) -> Trial:
+    """Exercise 2a's "try it": the kernel on copies of ``x`` (same strides) and ``bias`` inside
+    NaN-padded buffers, ``out`` poisoned with NaN; shows yours, the answer and the verdict."""
+    inputs = _bias_relu_guard(x.detach().cpu(), bias.detach().cpu(), x.stride())
+    case = _bias_relu_case_of("try", lambda gen: inputs)
+    return run_trial(kernel, case, inputs, title=f"bias_relu_2d_kernel on x {list(x.shape)}, strides {x.stride()}", show=_show_out)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -128,8 +163,43 @@ def launch_row_max(kernel, x: torch.Tensor, out: Optional[torch.Tensor] = None) 
     return out
 
 
+ROW_MAX_SENTINEL = 10_000.0
+"""What surrounds the rows of every row-max input: a value larger than any row's maximum (and
+exact in float16), so a load that reads one element past a row, or before it, changes the
+answer on every run instead of when the neighbour happens to be larger."""
+
+ROW_MAX_MARGIN = (1, ROW_MAX_BLOCK_N + 1)
+
+
+def _row_max_guard(values: torch.Tensor, strides, offset: int = 0) -> Any:
+    return guarded(values, strides, offset=offset, margin=ROW_MAX_MARGIN, device=kernel_device(), fill=ROW_MAX_SENTINEL)
+
+
+def _row_max_run(fn, x) -> dict:
+    out = poisoned_output((x.view.shape[0],), x.view.dtype, margin=(ROW_MAX_BLOCK_N,), device=x.view.device.type)
+    before = snapshot(x)
+    launch_row_max(fn, x.view, out.view)
+    synchronize(out.view)
+    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x,), before)}
+
+
+def _compare_row_max(got: dict, expected: torch.Tensor, x) -> Verdict:
+    verdict = compare_tensors(got, expected, rtol=0.0)  # a max is exact
+    if not verdict.passed and bool((got["out"].detach().double().cpu() == ROW_MAX_SENTINEL).any()):
+        hint = (
+            f"{ROW_MAX_SENTINEL:g} is the value the check puts around each row: a load read past the end of a row "
+            "(or before its start); mask every load with start + cols < N"
+        )
+        return Verdict(False, verdict.error, f"{verdict.detail}. {hint}")
+    return verdict
+
+
+def _row_max_case_of(name: str, inputs) -> Case:
+    return Case(name=name, inputs=inputs, run=_row_max_run, expected=lambda x: row_max_ref(x.view), compare=_compare_row_max)
+
+
 def _row_max_case(name: str, spec: ViewSpec, *, negative: bool, max_at: Optional[str] = None) -> Case:
-    M, N = spec.shape
+    N = spec.shape[1]
 
     def inputs(gen):
         values = torch.randn(spec.shape, generator=gen)
@@ -138,36 +208,33 @@ def _row_max_case(name: str, spec: ViewSpec, *, negative: bool, max_at: Optional
         if max_at is not None:  # plant each row's maximum at one end of the row
             col = 0 if max_at == "first" else N - 1
             values[:, col] = values.amax(dim=1) + 0.5
-        return guarded(values.to(spec.dtype), spec.strides, offset=spec.offset, margin=(1, ROW_MAX_BLOCK_N + 1), device=kernel_device())
+        return _row_max_guard(values.to(spec.dtype), spec.strides, spec.offset)
 
-    def run(fn, x):
-        out = poisoned_output((M,), spec.dtype, margin=(ROW_MAX_BLOCK_N,), device=x.view.device.type)
-        before = snapshot(x)
-        launch_row_max(fn, x.view, out.view)
-        synchronize(out.view)
-        return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x,), before)}
-
-    return Case(
-        name=name,
-        inputs=inputs,
-        run=run,
-        expected=lambda x: row_max_ref(x.view),
-        compare=lambda got, exp, x: compare_tensors(got, exp, rtol=0.0),  # a max is exact
-    )
+    return _row_max_case_of(name, inputs)
 
 
 def row_max_cases() -> list[Case]:
+    """Every input sits in a buffer filled with :data:`ROW_MAX_SENTINEL` (rows with gaps between
+    them in most cases), so reading past a row shows in every case that reads past it."""
     return [
         _row_max_case("7×100, mixed signs", ViewSpec((7, 100), (100, 1)), negative=False),
-        _row_max_case("5×77, all negative", ViewSpec((5, 77), (77, 1)), negative=True),
-        _row_max_case("4×1, N = 1, negative", ViewSpec((4, 1), (1, 1)), negative=True),
-        _row_max_case("3×32, exactly one block, negative", ViewSpec((3, 32), (32, 1)), negative=True),
+        _row_max_case("5×77, all negative, gaps between rows", ViewSpec((5, 77), (80, 1)), negative=True),
+        _row_max_case("4×1, N = 1, negative, gaps between rows", ViewSpec((4, 1), (2, 1)), negative=True),
+        _row_max_case("3×32, exactly one block, negative, gaps", ViewSpec((3, 32), (33, 1)), negative=True),
         _row_max_case("6×33, max in the last column", ViewSpec((6, 33), (33, 1)), negative=True, max_at="last"),
         _row_max_case("6×95 strided rows (base[:, 3:98]), max first", ViewSpec((6, 95), (130, 1), offset=3), negative=True, max_at="first"),
-        _row_max_case("float16 3×300, all negative", ViewSpec((3, 300), (300, 1), dtype=torch.float16), negative=True),
+        _row_max_case("float16 3×300, all negative, gaps", ViewSpec((3, 300), (301, 1), dtype=torch.float16), negative=True),
     ]
 
 
 def check_row_max(kernel, *, seed: Optional[int] = None) -> Report:
     """Exercise 2b: the learner's ``row_max_kernel`` on rows that are long, odd, negative, strided."""
     return check(kernel, row_max_cases(), title="row_max_kernel", seed=seed)
+
+
+def try_row_max(kernel, x: torch.Tensor) -> Trial:
+    """Exercise 2b's "try it": the kernel on a copy of ``x`` (same strides) surrounded by
+    :data:`ROW_MAX_SENTINEL`, ``out`` poisoned with NaN; shows yours, the answer and the verdict."""
+    inputs = _row_max_guard(x.detach().cpu(), x.stride())
+    case = _row_max_case_of("try", lambda gen: inputs)
+    return run_trial(kernel, case, inputs, title=f"row_max_kernel on x {list(x.shape)}", show=_show_out)

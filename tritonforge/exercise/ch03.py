@@ -14,6 +14,7 @@ from tritonforge._triton import triton
 from tritonforge.exercise.core import (
     Case,
     Report,
+    Trial,
     Verdict,
     ViewSpec,
     changed,
@@ -24,6 +25,7 @@ from tritonforge.exercise.core import (
     poisoned_output,
     require_kernel,
     require_unit_column_stride,
+    run_trial,
     snapshot,
     synchronize,
     with_hint,
@@ -62,44 +64,63 @@ def launch_layer_norm_fwd(
     return out
 
 
+def _layer_norm_guard(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, strides, offset: int = 0) -> dict:
+    """x in a view with the given strides, weight and bias, each inside a NaN margin of a block."""
+    block = triton.next_power_of_2(x.shape[1])
+    device = kernel_device()
+    return {
+        "x": guarded(x, strides, offset=offset, margin=(1, block + 1), device=device),
+        "weight": guarded(weight, (1,), margin=(block + 1,), device=device),
+        "bias": guarded(bias, (1,), margin=(block + 1,), device=device),
+    }
+
+
+def _layer_norm_run(fn, inp: dict) -> dict:
+    x, weight, bias = inp["x"], inp["weight"], inp["bias"]
+    M, N = x.view.shape
+    out = poisoned_output((M, N), x.view.dtype, margin=(1, triton.next_power_of_2(N) + 1), device=x.view.device.type)
+    before = snapshot(x, weight, bias)
+    launch_layer_norm_fwd(fn, x.view, weight.view, bias.view, out.view)
+    synchronize(out.view)
+    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, weight, bias), before)}
+
+
+def _layer_norm_case_of(name: str, inputs, *, rtol: Optional[float] = None, hint: str = "") -> Case:
+    def compare(got, exp, inp):
+        tol = TOLERANCE[inp["x"].view.dtype] if rtol is None else rtol
+        return with_hint(compare_tensors(got, exp, rtol=tol), hint)
+
+    return Case(
+        name=name,
+        inputs=inputs,
+        run=_layer_norm_run,
+        expected=lambda inp: layer_norm_ref(inp["x"].view, inp["weight"].view, inp["bias"].view),
+        compare=compare,
+    )
+
+
 def _layer_norm_case(
     name: str, spec: ViewSpec, *, loc: float = 0.0, spread: float = 0.0, scale: float = 1.0, rtol: Optional[float] = None, hint: str = ""
 ) -> Case:
     """Rows of ``loc + spread * randn(row) + scale * randn`` (``spread``: a different mean per row)."""
     M, N = spec.shape
-    block = triton.next_power_of_2(N)
-    margin = (1, block + 1)
-    rtol = TOLERANCE[spec.dtype] if rtol is None else rtol
 
     def inputs(gen):
-        device = kernel_device()
         values = loc + spread * torch.randn(M, 1, generator=gen) + scale * torch.randn(M, N, generator=gen)
-        x = guarded(values.to(spec.dtype), spec.strides, offset=spec.offset, margin=margin, device=device)
-        weight = guarded((1.0 + 0.5 * torch.randn(N, generator=gen)).to(spec.dtype), (1,), margin=(block + 1,), device=device)
-        bias = guarded(torch.randn(N, generator=gen).to(spec.dtype), (1,), margin=(block + 1,), device=device)
-        return {"x": x, "weight": weight, "bias": bias}
+        weight = 1.0 + 0.5 * torch.randn(N, generator=gen)
+        bias = torch.randn(N, generator=gen)
+        return _layer_norm_guard(values.to(spec.dtype), weight.to(spec.dtype), bias.to(spec.dtype), spec.strides, spec.offset)
 
-    def run(fn, inp):
-        x, weight, bias = inp["x"], inp["weight"], inp["bias"]
-        out = poisoned_output((M, N), spec.dtype, margin=margin, device=x.view.device.type)
-        before = snapshot(x, weight, bias)
-        launch_layer_norm_fwd(fn, x.view, weight.view, bias.view, out.view)
-        synchronize(out.view)
-        return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, weight, bias), before)}
-
-    return Case(
-        name=name,
-        inputs=inputs,
-        run=run,
-        expected=lambda inp: layer_norm_ref(inp["x"].view, inp["weight"].view, inp["bias"].view),
-        compare=lambda got, exp, inp: with_hint(compare_tensors(got, exp, rtol=rtol), hint),
-    )
+    return _layer_norm_case_of(name, inputs, rtol=rtol, hint=hint)
 
 
 LAYER_NORM_CENTERED_HINT = (
     "If only this case fails, look at the variance: in float32, E[x²] − mean² cancels "
     "catastrophically when the mean is large; subtract the mean first and average (x − mean)²"
 )
+
+
+LAYER_NORM_EPS_HINT = "If only the tiny- or large-variance case fails, look at eps: rstd = 1 / sqrt(var + eps), eps inside the root"
 
 
 LARGE_MEAN_FACTOR = 30
@@ -114,7 +135,10 @@ def layer_norm_fwd_cases() -> list[Case]:
         _layer_norm_case("float32 4×37, strided rows (base[:, 5:42])", ViewSpec((4, 37), (64, 1), offset=5)),
         _layer_norm_case("N = 1, 6×1 (variance 0: y = bias)", ViewSpec((6, 1), (1, 1))),
         _layer_norm_case("single row 1×129", ViewSpec((1, 129), (129, 1))),
-        _layer_norm_case("tiny variance 4×300 (std 1e-3: eps matters)", ViewSpec((4, 300), (300, 1)), scale=1e-3),
+        _layer_norm_case("tiny variance 4×300 (std 1e-3: eps matters)", ViewSpec((4, 300), (300, 1)), scale=1e-3, hint=LAYER_NORM_EPS_HINT),
+        _layer_norm_case(
+            "large variance 4×200 (std 1000: rstd ≈ 1e-3, eps inside the root)", ViewSpec((4, 200), (200, 1)), scale=1e3, hint=LAYER_NORM_EPS_HINT
+        ),
         _layer_norm_case(
             "large mean 6×1000 (≈ 1000 ± 1): centered variance",
             ViewSpec((6, 1000), (1000, 1)),
@@ -131,6 +155,24 @@ def layer_norm_fwd_cases() -> list[Case]:
 def check_layer_norm_fwd(kernel, *, seed: Optional[int] = None) -> Report:
     """Exercise 3a: the learner's ``layer_norm_fwd_kernel`` on odd, strided, large-mean and 16-bit rows."""
     return check(kernel, layer_norm_fwd_cases(), title="layer_norm_fwd_kernel", seed=seed)
+
+
+def _max_difference(got: torch.Tensor, expected: torch.Tensor) -> str:
+    diff = (got.detach().double().cpu() - expected.double().cpu()).abs()
+    return "nan (some elements were never written)" if bool(diff.isnan().any()) else f"{float(diff.max()):.3g}"
+
+
+def try_layer_norm_fwd(kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> Trial:
+    """Exercise 3a's "try it": the kernel on copies of ``x`` (same row stride), ``weight`` and
+    ``bias`` inside NaN-padded buffers, ``y`` poisoned with NaN; shows the largest difference
+    from the float64 LayerNorm and the verdict."""
+    inputs = _layer_norm_guard(x.detach().cpu(), weight.detach().cpu(), bias.detach().cpu(), x.stride())
+    case = _layer_norm_case_of("try", lambda gen: inputs)
+
+    def show(got, expected):
+        return [("max |y − layer_norm(x)|:", _max_difference(got["out"], expected))]
+
+    return run_trial(kernel, case, inputs, title=f"layer_norm_fwd_kernel on x {list(x.shape)}, row stride {x.stride(0)}", show=show)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -221,52 +263,88 @@ class _RowsSpec:
     other_layout: tuple[int, int] = (0, 0)
 
 
-def _fused_add_case(name: str, spec: _RowsSpec, *, x_scale: float = 1.0, residual_scale: float = 1.0) -> Case:
-    M, N = spec.shape
-    block = triton.next_power_of_2(N)
+def _fused_add_guard(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, x_layout, residual_layout) -> dict:
+    """Each input inside a NaN margin of a block; ``*_layout`` = ((row stride, 1), storage offset)."""
+    block = triton.next_power_of_2(x.shape[1])
     margin = (1, block + 1)
+    device = kernel_device()
+    (xs, xo), (rs, ro) = x_layout, residual_layout
+    return {
+        "x": guarded(x, xs, offset=xo, margin=margin, device=device),
+        "residual": guarded(residual, rs, offset=ro, margin=margin, device=device),
+        "weight": guarded(weight, (1,), margin=(block + 1,), device=device),
+    }
+
+
+def _fused_add_run(fn, inp: dict) -> dict:
+    x, residual, weight = inp["x"], inp["residual"], inp["weight"]
+    M, N = x.view.shape
+    block = triton.next_power_of_2(N)
+    device, dtype = x.view.device.type, x.view.dtype
+    h = poisoned_output((M, N), dtype, margin=(1, block + 1), device=device)
+    y = poisoned_output((M, N), dtype, margin=(1, block + 3), device=device)  # a row stride unlike h's
+    before = snapshot(x, residual, weight)
+    launch_fused_add_rms_norm(fn, x.view, residual.view, weight.view, h.view, y.view)
+    synchronize(y.view)
+    return {
+        "h": h.view,
+        "y": y.view,
+        "h_outside": h.outside_written(),
+        "y_outside": y.outside_written(),
+        "inputs_changed": changed((x, residual, weight), before),
+    }
+
+
+def _fused_add_expected(inp: dict) -> dict:
+    args = (inp["x"].view, inp["residual"].view, inp["weight"].view)
+    h, y_hf = fused_add_rms_norm_ref(*args)
+    _, y64 = fused_add_rms_norm_ref(*args, upcast=True)
+    return {"h": h, "y_hf": y_hf, "y64": y64}
+
+
+FUSED_ADD_EPS_HINT = (
+    "If only the tiny- or large-value case fails, look at eps: rstd = 1 / sqrt(mean(h²) + eps), "
+    "eps added to the mean square, inside the root"
+)
+
+
+def _fused_add_case(name: str, spec: _RowsSpec, *, x_scale: float = 1.0, residual_scale: float = 1.0, hint: str = "") -> Case:
+    M, N = spec.shape
 
     def layout(which):
         stride, offset = which
         return (stride or N, 1), offset
 
     def inputs(gen):
-        device = kernel_device()
-        (xs, xo), (rs, ro) = layout(spec.x_layout), layout(spec.other_layout)
-        x = guarded((x_scale * torch.randn(M, N, generator=gen)).to(spec.dtype), xs, offset=xo, margin=margin, device=device)
-        residual = guarded((residual_scale * torch.randn(M, N, generator=gen)).to(spec.dtype), rs, offset=ro, margin=margin, device=device)
-        weight = guarded((1.0 + 0.5 * torch.randn(N, generator=gen)).to(spec.dtype), (1,), margin=(block + 1,), device=device)
-        return {"x": x, "residual": residual, "weight": weight}
+        x = (x_scale * torch.randn(M, N, generator=gen)).to(spec.dtype)
+        residual = (residual_scale * torch.randn(M, N, generator=gen)).to(spec.dtype)
+        weight = (1.0 + 0.5 * torch.randn(N, generator=gen)).to(spec.dtype)
+        return _fused_add_guard(x, residual, weight, layout(spec.x_layout), layout(spec.other_layout))
 
-    def run(fn, inp):
-        x, residual, weight = inp["x"], inp["residual"], inp["weight"]
-        device = x.view.device.type
-        h = poisoned_output((M, N), spec.dtype, margin=margin, device=device)
-        y = poisoned_output((M, N), spec.dtype, margin=(1, block + 3), device=device)  # a row stride unlike h's
-        before = snapshot(x, residual, weight)
-        launch_fused_add_rms_norm(fn, x.view, residual.view, weight.view, h.view, y.view)
-        synchronize(y.view)
-        return {
-            "h": h.view,
-            "y": y.view,
-            "h_outside": h.outside_written(),
-            "y_outside": y.outside_written(),
-            "inputs_changed": changed((x, residual, weight), before),
-        }
+    def compare(got, expected, inp):
+        return with_hint(_compare_fused_add(got, expected, inp), hint)
 
-    def expected(inp):
-        args = (inp["x"].view, inp["residual"].view, inp["weight"].view)
-        h, y_hf = fused_add_rms_norm_ref(*args)
-        _, y64 = fused_add_rms_norm_ref(*args, upcast=True)
-        return {"h": h, "y_hf": y_hf, "y64": y64}
-
-    return Case(name=name, inputs=inputs, run=run, expected=expected, compare=_compare_fused_add)
+    return Case(name=name, inputs=inputs, run=_fused_add_run, expected=_fused_add_expected, compare=compare)
 
 
 def fused_add_rms_norm_cases() -> list[Case]:
     return [
         _fused_add_case("float32 4×1000", _RowsSpec((4, 1000))),
         _fused_add_case("float32 N = 1, 5×1", _RowsSpec((5, 1))),
+        _fused_add_case(
+            "float32 4×500, tiny values (≈ 1e-3: mean square ≈ 2e-6, eps = 1e-6 matters)",
+            _RowsSpec((4, 500)),
+            x_scale=1e-3,
+            residual_scale=1e-3,
+            hint=FUSED_ADD_EPS_HINT,
+        ),
+        _fused_add_case(
+            "float32 4×500, large values (≈ 1e3: rstd ≈ 7e-4, eps inside the root)",
+            _RowsSpec((4, 500)),
+            x_scale=1e3,
+            residual_scale=1e3,
+            hint=FUSED_ADD_EPS_HINT,
+        ),
         _fused_add_case("float32 6×37, x and residual with different row strides", _RowsSpec((6, 37), x_layout=(50, 3), other_layout=(64, 0))),
         _fused_add_case("bfloat16 6×300", _RowsSpec((6, 300), torch.bfloat16)),
         _fused_add_case(
@@ -283,3 +361,24 @@ def fused_add_rms_norm_cases() -> list[Case]:
 def check_fused_add_rms_norm(kernel, *, seed: Optional[int] = None) -> Report:
     """Exercise 3b: the learner's ``fused_add_rms_norm_kernel``: ``h`` bit-exact, ``y`` in the Hugging Face order."""
     return check(kernel, fused_add_rms_norm_cases(), title="fused_add_rms_norm_kernel", seed=seed)
+
+
+def try_fused_add_rms_norm(kernel, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> Trial:
+    """Exercise 3b's "try it": the kernel on copies of ``x``, ``residual`` (same row strides) and
+    ``weight`` inside NaN-padded buffers, ``h`` and ``y`` poisoned with NaN; shows how many
+    elements equal the unfused PyTorch result (the add in x's dtype, then ``rms_norm_ref``) and
+    the verdict."""
+    inputs = _fused_add_guard(
+        x.detach().cpu(), residual.detach().cpu(), weight.detach().cpu(), ((x.stride(0), 1), 0), ((residual.stride(0), 1), 0)
+    )
+    case = Case("try", lambda gen: inputs, _fused_add_run, _fused_add_expected, _compare_fused_add)
+
+    def show(got, expected):
+        same_h = float((got["h"].detach().cpu() == expected["h"].cpu()).double().mean())
+        same_y = float((got["y"].detach().cpu() == expected["y_hf"].cpu()).double().mean())
+        return [
+            ("h identical to x + residual:", f"{same_h:.0%} of the elements"),
+            ("y identical to the unfused reference:", f"{same_y:.0%} of the elements"),
+        ]
+
+    return run_trial(kernel, case, inputs, title=f"fused_add_rms_norm_kernel on x {list(x.shape)} {str(x.dtype).replace('torch.', '')}", show=show)

@@ -14,15 +14,18 @@ from tritonforge._triton import triton
 from tritonforge.exercise.core import (
     Case,
     Report,
+    Trial,
     Verdict,
     changed,
     check,
     compare_tensors,
+    format_values,
     guarded,
     kernel_device,
     poisoned_output,
     require_kernel,
     require_unit_column_stride,
+    run_trial,
     snapshot,
     synchronize,
 )
@@ -98,39 +101,50 @@ class _DweightSpec:
     row_strides: tuple[int, int] = (0, 0)  # (dy, x); 0 means N
 
 
+def _dweight_guard(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, programs: int, dy_stride: int, x_stride: int, x_offset: int) -> dict:
+    """dy, x and rstd inside NaN margins wide enough for a kernel whose row ranges run past M."""
+    M, N = x.shape
+    block = triton.next_power_of_2(N)
+    extra_rows = programs * triton.cdiv(M, programs) + programs  # room for a wrong row range
+    margin = (extra_rows, block + 1)
+    device = kernel_device()
+    return {
+        "dy": guarded(dy, (dy_stride, 1), margin=margin, device=device),
+        "x": guarded(x, (x_stride, 1), offset=x_offset, margin=margin, device=device),
+        "rstd": guarded(rstd, (1,), margin=(extra_rows,), device=device),
+        "programs": programs,
+    }
+
+
+def _dweight_run(fn, inp: dict) -> dict:
+    dy, x, rstd, programs = inp["dy"], inp["x"], inp["rstd"], inp["programs"]
+    N = x.view.shape[1]
+    partial = poisoned_output((programs, N), torch.float32, margin=(1, triton.next_power_of_2(N) + 1), device=x.view.device.type)
+    before = snapshot(dy, x, rstd)
+    dweight, _ = launch_rms_norm_dweight(fn, dy.view, x.view, rstd.view, programs, partial.view)
+    synchronize(dweight)
+    return {"out": partial.view, "dweight": dweight, "outside": partial.outside_written(), "inputs_changed": changed((dy, x, rstd), before)}
+
+
+def _dweight_expected(inp: dict) -> dict:
+    partial = rms_norm_dweight_partials_ref(inp["dy"].view, inp["x"].view, inp["rstd"].view, inp["programs"])
+    return {"partial": partial, "dweight": partial.sum(0)}
+
+
 def _dweight_case(name: str, spec: _DweightSpec) -> Case:
     M, N = spec.shape
-    block = triton.next_power_of_2(N)
-    rows_per_program = triton.cdiv(M, spec.programs)
-    extra_rows = spec.programs * rows_per_program + spec.programs  # room for a wrong row range
-    margin = (extra_rows, block + 1)
 
     def inputs(gen):
-        device = kernel_device()
-        x = torch.randn(M, N, generator=gen).to(spec.dtype)
+        # Rows of different scales (1/4 to 4), so each row's rstd is far from 1 and from the
+        # others': a forgotten or misplaced rstd changes every partial sum.
+        row_scale = torch.logspace(-2, 2, M, base=2.0)[torch.randperm(M, generator=gen)][:, None] if M > 1 else torch.full((1, 1), 3.0)
+        x = (row_scale * torch.randn(M, N, generator=gen)).to(spec.dtype)
         rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)  # [M] float32, as the forward saves it
         dy = torch.randn(M, N, generator=gen).to(spec.dtype)
         dy_stride, x_stride = (s or N for s in spec.row_strides)
-        return {
-            "dy": guarded(dy, (dy_stride, 1), margin=margin, device=device),
-            "x": guarded(x, (x_stride, 1), offset=3 if x_stride != N else 0, margin=margin, device=device),
-            "rstd": guarded(rstd, (1,), margin=(extra_rows,), device=device),
-            "programs": spec.programs,
-        }
+        return _dweight_guard(dy, x, rstd, spec.programs, dy_stride, x_stride, 3 if x_stride != N else 0)
 
-    def run(fn, inp):
-        dy, x, rstd = inp["dy"], inp["x"], inp["rstd"]
-        partial = poisoned_output((spec.programs, N), torch.float32, margin=(1, block + 1), device=x.view.device.type)
-        before = snapshot(dy, x, rstd)
-        dweight, _ = launch_rms_norm_dweight(fn, dy.view, x.view, rstd.view, spec.programs, partial.view)
-        synchronize(dweight)
-        return {"out": partial.view, "dweight": dweight, "outside": partial.outside_written(), "inputs_changed": changed((dy, x, rstd), before)}
-
-    def expected(inp):
-        partial = rms_norm_dweight_partials_ref(inp["dy"].view, inp["x"].view, inp["rstd"].view, spec.programs)
-        return {"partial": partial, "dweight": partial.sum(0)}
-
-    return Case(name=name, inputs=inputs, run=run, expected=expected, compare=_compare_dweight)
+    return Case(name=name, inputs=inputs, run=_dweight_run, expected=_dweight_expected, compare=_compare_dweight)
 
 
 def rms_norm_dweight_cases() -> list[Case]:
@@ -149,3 +163,21 @@ def rms_norm_dweight_cases() -> list[Case]:
 def check_rms_norm_dweight(kernel, *, seed: Optional[int] = None) -> Report:
     """Exercise 4a: the learner's ``rms_norm_dweight_kernel``: every partial row, then their sum."""
     return check(kernel, rms_norm_dweight_cases(), title="rms_norm_dweight_kernel", seed=seed)
+
+
+def try_rms_norm_dweight(kernel, dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, programs: int) -> Trial:
+    """Exercise 4a's "try it": the kernel on copies of ``dy``, ``x`` (same row strides) and
+    ``rstd`` inside NaN-padded buffers, the ``[programs, N]`` buffer poisoned with NaN; shows
+    which partial rows were written, your ``dweight`` next to the answer, and the verdict."""
+    inputs = _dweight_guard(dy.detach().cpu(), x.detach().cpu(), rstd.detach().cpu(), programs, dy.stride(0), x.stride(0), 0)
+    case = Case("try", lambda gen: inputs, _dweight_run, _dweight_expected, _compare_dweight)
+
+    def show(got, expected):
+        written = [not bool(row.isnan().any()) for row in got["out"].detach().cpu()]
+        return [
+            ("partial rows written:", str(written)),
+            ("yours:", format_values(got["dweight"])),
+            ("expected:", format_values(expected["dweight"])),
+        ]
+
+    return run_trial(kernel, case, inputs, title=f"rms_norm_dweight_kernel, M = {x.shape[0]}, P = {programs}", show=show)

@@ -6,6 +6,12 @@ r"""The mechanism of every exercise check: cases, verdicts, reports, and guarded
 - :func:`check` — runs every case and returns a :class:`Report`. It never raises: an exception
   from the learner's code (the untouched stub raises ``NotImplementedError``, or does nothing) is
   a failed case with the exception's message, so a notebook cell always shows the whole table.
+  Its inputs come from a fixed seed (:data:`DEFAULT_SEED`): the same code gets the same verdict
+  on every run, and the cases are built so that each known mistake fails on every seed (the
+  tests sweep seeds to prove it).
+- :func:`run_trial` — one case on inputs the learner chose (a notebook's "try it" cell), guarded
+  like the check's, returning a :class:`Trial` that shows the result and the verdict; it never
+  raises either.
 - :class:`Report` — ``.passed`` (every case passed), ``.rows``, a plain-text table
   (``str(report)``) and an HTML table (``_repr_html_``) for notebooks; ``assert_passed()`` for
   pytest.
@@ -26,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import html
 import math
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
@@ -154,10 +159,15 @@ class Report:
             raise AssertionError("\n" + str(self))
 
 
+DEFAULT_SEED = 0
+"""The seed of every check unless one is given: a check is deterministic, so a verdict never
+changes from one run to the next (case ``i`` draws from ``seed + i``)."""
+
+
 def check(fn: Callable, cases: Sequence[Case], *, title: str, seed: Optional[int] = None) -> Report:
     """Run ``fn`` on every case; never raises (the learner's exceptions become failed rows)."""
     if seed is None:
-        seed = int.from_bytes(os.urandom(4), "little") % 1_000_000
+        seed = DEFAULT_SEED
     rows = []
     for index, case in enumerate(cases):
         gen = torch.Generator().manual_seed(seed + index)
@@ -178,6 +188,63 @@ def check(fn: Callable, cases: Sequence[Case], *, title: str, seed: Optional[int
             verdict = Verdict(False, None, "could not compare the result: " + describe_exception(exc))
         rows.append(Row(case.name, verdict.passed, verdict.error, verdict.detail))
     return Report(title=title, rows=rows, seed=seed)
+
+
+@dataclasses.dataclass
+class Trial:
+    """One run of the learner's code on inputs they chose (a notebook's "try it" cell): what it
+    produced next to the right answer (``shown``: label and text), and the check's verdict."""
+
+    title: str
+    verdict: Verdict
+    shown: list[tuple[str, str]]
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed
+
+    def __str__(self) -> str:
+        head = f"{self.title}: " + ("right on this input" if self.passed else f"not right yet: {self.verdict.detail}")
+        width = max((len(label) for label, _ in self.shown), default=0)
+        body = [f"{label.ljust(width)}  {text}".replace("\n", "\n" + " " * (width + 2)) for label, text in self.shown]
+        return "\n".join([head, *body])
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))
+
+
+def run_trial(fn: Callable, case: Case, inputs: Any, *, title: str, show: Callable[[Any, Any], list[tuple[str, str]]]) -> Trial:
+    """Run one case on the given (already guarded) inputs; never raises.
+
+    ``show(got, expected)`` picks what to print; ``got`` is None when the learner's code raised.
+    """
+    try:
+        expected = case.expected(inputs)
+    except Exception as exc:  # noqa: BLE001 - e.g. inputs of the wrong shape: say so
+        return Trial(title, Verdict(False, None, "could not compute the expected answer: " + describe_exception(exc)), [])
+    try:
+        got = case.run(fn, inputs)
+    except Exception as exc:  # noqa: BLE001 - the learner's code raised: a verdict, not a traceback
+        return Trial(title, Verdict(False, None, describe_exception(exc)), [])
+    try:
+        verdict = case.compare(got, expected, inputs)
+    except Exception as exc:  # noqa: BLE001
+        verdict = Verdict(False, None, "could not compare the result: " + describe_exception(exc))
+    try:
+        shown = show(got, expected)
+    except Exception as exc:  # noqa: BLE001
+        shown = [("result", "could not show it: " + describe_exception(exc))]
+    return Trial(title, verdict, shown)
+
+
+def format_values(t: torch.Tensor, *, precision: int = 4) -> str:
+    """A short tensor as plain numbers (NaN shows as ``nan``), for a trial's printout."""
+    import numpy as np  # torch needs it here anyway; imported late to keep the import light
+
+    return np.array2string(t.detach().double().cpu().numpy(), precision=precision, threshold=40, edgeitems=3, max_line_width=100)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,14 +280,17 @@ def guarded(
     offset: int = 0,
     margin: Sequence[int] = (),
     device: str = "cpu",
+    fill: float = float("nan"),
 ) -> Guarded:
-    """Place ``values`` in a view with the given strides and storage offset, inside a NaN buffer
-    large enough for indices up to ``shape[d] + margin[d]`` in every dimension (plus slack)."""
+    """Place ``values`` in a view with the given strides and storage offset, inside a buffer
+    large enough for indices up to ``shape[d] + margin[d]`` in every dimension (plus slack),
+    filled with ``fill`` (NaN unless a case needs a value that a wrong read cannot hide, such as
+    a large sentinel next to the rows of a maximum)."""
     shape = values.shape
     margin = list(margin) + [0] * (len(shape) - len(margin))
     reach = offset + sum((s + m) * abs(st) for s, m, st in zip(shape, margin, strides))
     size = reach + 2 * max(shape.numel(), 64)  # slack for kernels that index with the wrong strides
-    buffer = torch.full((size,), float("nan"), dtype=values.dtype, device=device)
+    buffer = torch.full((size,), fill, dtype=values.dtype, device=device)
     view = buffer.as_strided(tuple(shape), tuple(strides), offset)
     view.copy_(values.to(device))
     return Guarded(view, buffer)

@@ -1,0 +1,68 @@
+r"""The stub of every exercise as shipped: the cell tagged ``exercise-stub`` of each notebook in
+``exercises/``, word for word.
+
+The tests prove each check fails on these, not on the notebook in the working tree (where a
+learner may have solved it in place); ``tests/exercise/test_grade.py`` keeps them equal to the
+notebooks' stub cells while those are untouched.
+"""
+
+STUBS = {
+    "ex01a_arithmetic_intensity": '''\
+def arithmetic_intensity(op: str, shape: tuple, dtype: torch.dtype) -> tuple[int, int, float]:
+    """(flops, bytes, flops / bytes) of one call of `op` on `shape` in `dtype`."""
+    # your code here
+    raise NotImplementedError("write arithmetic_intensity")
+''',
+    "ex02a_bias_relu_2d": """\
+@triton.jit
+def bias_relu_2d_kernel(
+    x_ptr, bias_ptr, out_ptr,
+    M, N,
+    stride_xm, stride_xn,
+    stride_om, stride_on,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # your code here
+    pass
+""",
+    "ex02b_row_max": """\
+@triton.jit
+def row_max_kernel(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
+    # your code here
+    pass
+""",
+    "ex03a_layer_norm_forward": """\
+@triton.jit
+def layer_norm_fwd_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr,
+    x_row_stride, y_row_stride,
+    N, eps,
+    BLOCK_N: tl.constexpr,
+):
+    # your code here
+    pass
+""",
+    "ex03b_fused_add_rms_norm": """\
+@triton.jit
+def fused_add_rms_norm_kernel(
+    x_ptr, residual_ptr, w_ptr, h_ptr, y_ptr,
+    x_row_stride, residual_row_stride, h_row_stride, y_row_stride,
+    N, eps,
+    BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr,
+):
+    # your code here
+    pass
+""",
+    "ex04a_rms_norm_dweight": """\
+@triton.jit
+def rms_norm_dweight_kernel(
+    dy_ptr, x_ptr, rstd_ptr, partial_ptr,
+    dy_row_stride, x_row_stride, partial_row_stride,
+    M, N, rows_per_program,
+    BLOCK_N: tl.constexpr,
+):
+    # your code here
+    pass
+""",
+}
+"""Notebook stem → the source of its stub cell."""
