@@ -11,7 +11,6 @@ the public call) and prints the top entries of a cProfile of our own call. Usage
 """
 
 import cProfile
-import importlib
 import io
 import json
 import pstats
@@ -23,6 +22,7 @@ import torch
 import tritonforge as tfg  # before triton: it decides the interpreter flag
 from tritonforge import bench
 from tritonforge.kernel_utils import split_float
+from tritonforge.ops import rmsnorm as rms_norm_module
 
 import triton.language as tl
 import triton.testing
@@ -68,7 +68,6 @@ for dtype in (torch.bfloat16, torch.float32):
                   f"graph {g if g is None else round(g, 1)}   do_bench {row.get('do_bench_us', float('nan')):8.1f}")
 
 # Where our host time goes, layer by layer (1x8192 bf16): each line adds one layer on top of the last.
-rms_norm_module = importlib.import_module("tritonforge.ops.rmsnorm")
 x, w = bench.rmsnorm_inputs(1, 8192, torch.bfloat16, "cuda")
 y = torch.empty_like(x)
 block_n, num_warps = rms_norm_module.row_config(8192, torch.bfloat16)
