@@ -213,10 +213,19 @@ def grade_in_child(path: pathlib.Path, *, timeout: float) -> dict:
         try:
             proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         except subprocess.TimeoutExpired:
-            return {"status": "failed", "summary": f"no verdict within {timeout:g} s: does a loop in your code never end?"}
+            return {**_which(path), "status": "failed", "summary": f"no verdict within {timeout:g} s: does a loop in your code never end?"}
         if out.exists():
             return json.loads(out.read_text(encoding="utf-8"))
-        return {"status": "failed", "summary": _crash_text(proc.returncode, proc.stderr)}
+        return {**_which(path), "status": "failed", "summary": _crash_text(proc.returncode, proc.stderr)}
+
+
+def _which(path: pathlib.Path) -> dict:
+    """The exercise and function of a notebook, for a verdict its child process could not give."""
+    try:
+        exercise = identify(json.loads(path.read_text(encoding="utf-8")), path)
+    except (OSError, ValueError):
+        exercise = None
+    return {"exercise": exercise.stem, "function": exercise.function} if exercise else {}
 
 
 def resolve(names: Sequence[str], directory: pathlib.Path) -> list[pathlib.Path]:
