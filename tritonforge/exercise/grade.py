@@ -89,8 +89,14 @@ def _source(cell: dict) -> str:
 
 
 def _without_magics(source: str) -> str:
-    """IPython's ``%magic`` and ``!shell`` lines, commented out: the code runs as a plain module."""
-    return "\n".join(("# " + line) if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    """IPython's ``%magic`` and ``!shell`` lines become ``pass  # %magic``: the code runs as a
+    plain module (and an ``if`` around a magic keeps its body)."""
+
+    def plain(line: str) -> str:
+        body = line.lstrip()
+        return f"{line[: len(line) - len(body)]}pass  # {body}" if body.startswith(("%", "!")) else line
+
+    return "\n".join(plain(line) for line in source.splitlines())
 
 
 def identify(notebook: dict, path: pathlib.Path) -> Optional[Exercise]:

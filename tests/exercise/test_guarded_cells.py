@@ -1,0 +1,186 @@
+"""Every cell of an exercise notebook that runs the learner's code runs it guarded.
+
+Statically: outside the stub cell, the learner's function appears only as the first argument of
+``exercise.try_*`` or ``exercise.check_*`` (both run it inside NaN-padded buffers and never
+raise), or inside ``if report.passed:`` (after the guarded check passed every case). No cell
+calls a launcher (``exercise.launch_*``) on it directly: an unmasked kernel on plain tensors can
+kill the Jupyter kernel (``free(): invalid pointer``).
+
+Dynamically: each notebook, with a kernel that has no masks at all in place of the stub, runs
+from top to bottom in a real Jupyter kernel, and its try and check cells print verdicts.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+
+import pytest
+
+import tritonforge  # noqa: F401  (before triton: the interpreter flag)
+from tritonforge.exercise import grade
+
+from . import notebooks
+from .test_grade import write_notebook
+
+STEMS = sorted(grade.NOTEBOOKS)
+GUARDED_PREFIXES = ("try_", "check_")
+
+
+def _code_cells(stem: str) -> list[tuple[int, dict]]:
+    nb = json.loads((notebooks.EXERCISES / f"{stem}.ipynb").read_text(encoding="utf-8"))
+    return [(i, c) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"]
+
+
+def _guarded_uses(tree: ast.AST, name: str) -> set[int]:
+    """ids of the Name nodes for ``name`` that are guarded: ``exercise.try_*(name, ...)``,
+    ``exercise.check_*(name, ...)``, or anywhere under ``if report.passed:``."""
+    ok: set[int] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "exercise"
+            and node.func.attr.startswith(GUARDED_PREFIXES)
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id == name
+        ):
+            ok.add(id(node.args[0]))
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "report.passed":
+            ok.update(id(n) for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Name) and n.id == name)
+    return ok
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_learner_code_runs_only_through_guarded_calls(stem):
+    name = grade.NOTEBOOKS[stem].function
+    tried = False
+    for index, cell in _code_cells(stem):
+        if grade.STUB_TAG in cell["metadata"].get("tags", []):
+            continue
+        source = grade._without_magics("".join(cell["source"]))
+        tree = ast.parse(source)
+        uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name]
+        unguarded = [n for n in uses if id(n) not in _guarded_uses(tree, name)]
+        assert not unguarded, f"cell {index} uses {name} outside exercise.try_*/check_*:\n{source}"
+        assert "exercise.launch_" not in source, f"cell {index} calls a launcher directly (unguarded):\n{source}"
+        tried = tried or "exercise.try_" in source and uses
+    assert tried, f"{stem} has no try cell (exercise.try_*({name}, ...))"
+
+
+# Kernels without a single mask, one per kernel exercise: on plain tensors they read and write
+# past the ends of the rows (the crash the try cells used to risk).
+
+NO_MASKS = {
+    "ex02a_bias_relu_2d": '''\
+@triton.jit
+def bias_relu_2d_kernel(x_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn).to(tl.float32)
+    bias = tl.load(bias_ptr + cols).to(tl.float32)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, tl.maximum(x + bias[None, :], 0.0))
+''',
+    "ex02b_row_max": '''\
+@triton.jit
+def row_max_kernel(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.full([BLOCK_N], float("-inf"), tl.float32)
+    for start in range(0, N, BLOCK_N):
+        acc = tl.maximum(acc, tl.load(x_ptr + row * stride_xm + start + cols).to(tl.float32))
+    tl.store(out_ptr + row, tl.max(acc, axis=0))
+''',
+    "ex03a_layer_norm_forward": '''\
+@triton.jit
+def layer_norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * x_row_stride + cols).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    var = tl.sum((x - mean) * (x - mean), axis=0) / N
+    y = (x - mean) / tl.sqrt(var + eps) * tl.load(w_ptr + cols).to(tl.float32) + tl.load(b_ptr + cols).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, y)
+''',
+    "ex03b_fused_add_rms_norm": '''\
+@triton.jit
+def fused_add_rms_norm_kernel(
+    x_ptr, residual_ptr, w_ptr, h_ptr, y_ptr, x_row_stride, residual_row_stride, h_row_stride, y_row_stride,
+    N, eps, BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr,
+):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    h = tl.load(x_ptr + row * x_row_stride + cols).to(tl.float32) + tl.load(residual_ptr + row * residual_row_stride + cols).to(tl.float32)
+    tl.store(h_ptr + row * h_row_stride + cols, cast_for_store(h, h_ptr.dtype.element_ty, ROUND_BF16))
+    rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / N + eps)
+    y = h * rstd * tl.load(w_ptr + cols).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16))
+''',
+    "ex04a_rms_norm_dweight": '''\
+@triton.jit
+def rms_norm_dweight_kernel(
+    dy_ptr, x_ptr, rstd_ptr, partial_ptr, dy_row_stride, x_row_stride, partial_row_stride, M, N, rows_per_program, BLOCK_N: tl.constexpr
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for row in range(pid * rows_per_program, pid * rows_per_program + rows_per_program):
+        dy = tl.load(dy_ptr + row * dy_row_stride + cols).to(tl.float32)
+        x = tl.load(x_ptr + row * x_row_stride + cols).to(tl.float32)
+        acc += dy * x * tl.load(rstd_ptr + row)
+    tl.store(partial_ptr + pid * partial_row_stride + cols, acc)
+''',
+}
+
+
+def test_every_kernel_exercise_has_a_maskless_kernel():
+    assert sorted(NO_MASKS) == sorted(s for s in STEMS if "@triton.jit" in grade.NOTEBOOKS[s].stub)
+
+
+def _text_outputs(cell: dict) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            parts.append(output.get("text", ""))
+        elif "data" in output:
+            parts.append(output["data"].get("text/plain", ""))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("stem", sorted(NO_MASKS))
+def test_a_maskless_kernel_gets_verdicts_not_a_dead_kernel(stem, tmp_path):
+    """The whole notebook, with a kernel without masks as the learner's answer, runs in a Jupyter
+    kernel without an error or a crash; its try cell says what is wrong, and so does the check."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    path = write_notebook(stem, NO_MASKS[stem], tmp_path / f"{stem}.ipynb")
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(notebooks.EXERCISES)}})
+    client.execute()  # raises CellExecutionError on an error, DeadKernelError on a crash
+    tries = [c for c in nb.cells if c.cell_type == "code" and "exercise.try_" in c.source]
+    checks = [c for c in nb.cells if grade.CHECK_TAG in c.metadata.get("tags", [])]
+    assert len(tries) == 1 and len(checks) == 1
+    tried = _text_outputs(tries[0])
+    assert "not right yet" in tried, tried
+    assert "cases pass" in _text_outputs(checks[0])
+    assert "0 of" in _text_outputs(checks[0]) or "FAIL" in _text_outputs(checks[0])
+
+
+def test_ex01a_try_cell_reports_an_exception(tmp_path):
+    """The one exercise without a kernel: its try cell turns the learner's exception into a verdict."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    source = "def arithmetic_intensity(op: str, shape: tuple, dtype: torch.dtype) -> tuple[int, int, float]:\n    return 1 / 0\n"
+    path = write_notebook("ex01a_arithmetic_intensity", source, tmp_path / "ex01a.ipynb")
+    nb = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(notebooks.EXERCISES)}}).execute()
+    (tried,) = [_text_outputs(c) for c in nb.cells if c.cell_type == "code" and "exercise.try_" in c.source]
+    assert "not right yet: ZeroDivisionError" in tried, tried
+
+
+def test_paths_exist():
+    assert all((notebooks.EXERCISES / f"{stem}.ipynb").exists() for stem in STEMS)
+    assert isinstance(notebooks.EXERCISES, pathlib.Path)
