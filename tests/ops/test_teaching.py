@@ -32,12 +32,30 @@ def test_vector_add_matches_float64(shape, dtype, device):
     assert_within_budget(out, add_ref(x, y, upcast=True), x + y)
 
 
+def _truncated_to_bf16(value: torch.Tensor) -> torch.Tensor:
+    """float32 -> bfloat16 rounded toward zero (the low 16 bits cleared): what Triton's CPU
+    interpreter makes of ``.to(tl.bfloat16)`` (``_convert_float`` without a rounding mode)."""
+    return (value.float().view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_rounds_once_to_nearest(dtype, device):
-    """float32 sum, rounded once to nearest-even: bit-equal to the reference that does that."""
+def test_rounds_once(dtype, device):
+    """float32 sum cast once with ``.to(out dtype)``: rounded to nearest-even, bit-equal to the
+    reference that does that, on a GPU (either dtype) and in the interpreter for float16.
+
+    The teaching kernels are kept free of the interpreter's bf16 workaround (chapter 2 shows them
+    as the reader's first kernels; ``kernel_utils.cast_for_store`` comes in chapter 3), so in the
+    interpreter a bf16 result is the float32 sum *truncated*. That case is checked exactly too:
+    bit-equal to the truncated float32 sum, and (below) a real difference from rounding on these
+    inputs, so the test would notice if the interpreter started rounding."""
     x, y = _randn((70, 90), dtype, device, 12), _randn((90, 70), dtype, device, 13).t()
-    assert torch.equal(teaching.vector_add(x, y), add_ref(x, y))
-    assert torch.equal(teaching.add_2d(x, y), add_ref(x, y))
+    if dtype == torch.bfloat16 and tfg.runtime.interpreting():
+        expected = _truncated_to_bf16(x.float() + y.float())
+        assert not torch.equal(expected, add_ref(x, y)), "these inputs should tell truncation from rounding"
+    else:
+        expected = add_ref(x, y)
+    assert torch.equal(teaching.vector_add(x, y), expected)
+    assert torch.equal(teaching.add_2d(x, y), expected)
 
 
 def test_vector_add_writes_every_element(device):

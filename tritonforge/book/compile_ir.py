@@ -76,7 +76,7 @@ def _vector_add_launch(n: int, dtype: torch.dtype) -> Callable[[str], Launch]:
         y = torch.randn(n, device=device).to(dtype)
         out = torch.empty_like(x)
         grid = (triton.cdiv(n, VECTOR_BLOCK),)
-        return Launch(_vector_add_kernel, grid, (x, y, out, n), {"BLOCK": VECTOR_BLOCK, "ROUND_BF16": False}, NUM_WARPS)
+        return Launch(_vector_add_kernel, grid, (x, y, out, n), {"BLOCK": VECTOR_BLOCK}, NUM_WARPS)
 
     return make
 
@@ -94,7 +94,7 @@ def _add_2d_launch(layout: str, M: int = 1024, N: int = 1024) -> Callable[[str],
         y = torch.randn(M, N, device=device)
         out = torch.empty(M, N, device=device)
         args = (x, y, out, M, N, x.stride(0), x.stride(1), y.stride(0), y.stride(1), out.stride(0), out.stride(1))
-        constexprs = {"BLOCK_M": ADD_2D_BLOCK_M, "BLOCK_N": ADD_2D_BLOCK_N, "ROUND_BF16": False}
+        constexprs = {"BLOCK_M": ADD_2D_BLOCK_M, "BLOCK_N": ADD_2D_BLOCK_N}
         return Launch(_add_2d_kernel, add_2d_grid(M, N), args, constexprs, NUM_WARPS)
 
     return make

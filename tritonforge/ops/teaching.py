@@ -22,9 +22,16 @@ Ops, in reading order:
     the same index arithmetic as ``add_2d``; chapter 2 draws it
     (``tritonforge.book.program_figures.plot_program_map``).
 
-Arithmetic happens in float32 (16-bit inputs are upcast right after ``tl.load``; the interpreter
-computes bf16 wrongly otherwise) and results are rounded once, to nearest, to the inputs' dtype
-at ``tl.store`` (``kernel_utils.cast_for_store``: the interpreter would truncate bf16).
+Arithmetic happens in float32: 16-bit inputs are upcast right after ``tl.load`` (Triton's CPU
+interpreter keeps a bf16 block as raw 16-bit integers and computes bf16 arithmetic wrongly
+otherwise), and the sum is cast once, to the output's dtype, with ``.to(out_ptr.dtype.element_ty)``
+just before ``tl.store``. That cast rounds to nearest-even when compiled for a GPU, so fp16 and
+bf16 results are the float32 sum rounded once. These first kernels are kept free of any
+workaround, so one difference is left in: **Triton's CPU interpreter truncates float32 -> bf16**
+(rounds toward zero) where the GPU rounds to nearest, so in the interpreter a bf16 result may be
+one bf16 ulp toward zero from the GPU's (float16 and float32 results are identical on both
+paths). The package's other kernels round by hand there (``kernel_utils.cast_for_store``,
+introduced in chapter 3, where a bf16 result is first compared bit for bit).
 
 What these kernels compile to (IR at every stage, registers, vector widths) is read by
 ``tritonforge.book.compile_ir``.
@@ -38,7 +45,6 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import cast_for_store, round_bf16_by_hand
 from tritonforge.reference import add_ref, program_map_ref
 
 TEACHING_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -65,14 +71,13 @@ def _vector_add_kernel(
     out_ptr,  # *out, contiguous, written in x's dtype
     n_elements,  # runtime length: not constexpr, one kernel serves every length
     BLOCK: tl.constexpr,  # elements per program, a power of two
-    ROUND_BF16: tl.constexpr,  # round bf16 by hand (see kernel_utils)
 ):
     pid = tl.program_id(0).to(tl.int64)  # which program am I? (int64: no overflow)
     offsets = pid * BLOCK + tl.arange(0, BLOCK)  # [BLOCK] indices of my block
     mask = offsets < n_elements  # False past the end (last block only)
-    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)  # compute in float32
     y = tl.load(y_ptr + offsets, mask=mask).to(tl.float32)
-    out = cast_for_store(x + y, out_ptr.dtype.element_ty, ROUND_BF16)
+    out = (x + y).to(out_ptr.dtype.element_ty)  # round once, to the output's dtype
     tl.store(out_ptr + offsets, out, mask=mask)
 
 
@@ -91,7 +96,6 @@ def _add_2d_kernel(
     stride_on,
     BLOCK_M: tl.constexpr,  # rows per tile
     BLOCK_N: tl.constexpr,  # columns per tile
-    ROUND_BF16: tl.constexpr,  # round bf16 by hand (see kernel_utils)
 ):
     pid_m = tl.program_id(0)  # tile row
     pid_n = tl.program_id(1)  # tile column
@@ -101,7 +105,7 @@ def _add_2d_kernel(
     mask = (r < M) & (c < N)  # [BLOCK_M, BLOCK_N]: the tile within the tensor
     x = tl.load(x_ptr + r * stride_xm + c * stride_xn, mask=mask).to(tl.float32)
     y = tl.load(y_ptr + r * stride_ym + c * stride_yn, mask=mask).to(tl.float32)
-    out = cast_for_store(x + y, out_ptr.dtype.element_ty, ROUND_BF16)
+    out = (x + y).to(out_ptr.dtype.element_ty)  # round once, to the output's dtype
     tl.store(out_ptr + r * stride_om + c * stride_on, out, mask=mask)
 
 
@@ -140,7 +144,7 @@ def vector_add_fwd(x: torch.Tensor, y: torch.Tensor, out: Optional[torch.Tensor]
     n = x_flat.numel()
     grid = (triton.cdiv(n, VECTOR_BLOCK),)
     _vector_add_kernel[grid](
-        x_flat, y_flat, out.view(-1), n, BLOCK=VECTOR_BLOCK, ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=NUM_WARPS
+        x_flat, y_flat, out.view(-1), n, BLOCK=VECTOR_BLOCK, num_warps=NUM_WARPS
     )
     return out
 
@@ -163,7 +167,7 @@ def add_2d_fwd(x: torch.Tensor, y: torch.Tensor, out: Optional[torch.Tensor] = N
         x.stride(0), x.stride(1),
         y.stride(0), y.stride(1),
         out.stride(0), out.stride(1),
-        BLOCK_M=ADD_2D_BLOCK_M, BLOCK_N=ADD_2D_BLOCK_N, ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=NUM_WARPS,
+        BLOCK_M=ADD_2D_BLOCK_M, BLOCK_N=ADD_2D_BLOCK_N, num_warps=NUM_WARPS,
     )  # fmt: skip
     return out
 
@@ -198,7 +202,8 @@ def vector_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Returns:
         A new contiguous tensor with x's shape and dtype; ``tfg.last_path("vector_add")`` tells
-        which path computed it.
+        which path computed it. (bf16 in the interpreter: truncated, not rounded; see the module
+        docstring.)
     """
     device = _check_pair(x, y)
     if x.numel() == 0:  # nothing to launch: recorded, not a fallback
@@ -222,7 +227,8 @@ def add_2d(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Returns:
         A new contiguous ``[M, N]`` tensor in x's dtype; ``tfg.last_path("add_2d")`` tells which
-        path computed it.
+        path computed it. (bf16 in the interpreter: truncated, not rounded; see the module
+        docstring.)
     """
     device = _check_pair(x, y)
     if x.dim() != 2:
