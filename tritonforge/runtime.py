@@ -26,6 +26,19 @@ hide behind the reference.
 
 Bad input is not a fallback: the ``check_*`` helpers raise ``TypeError``/``ValueError`` naming
 the argument before any routing happens.
+
+**Simulating a GPU (tests only).** ``TRITONFORGE_SIMULATE_DEVICE=t4`` in the environment (read when
+tritonforge is imported; :func:`simulate` switches it inside a ``with`` block) makes the package
+report and decide as on a Colab T4 (sm_75) while tensors stay on the CPU and kernels run in the
+interpreter: :func:`environment` names the device "Tesla T4 (simulated)" with capability 7.5,
+no bf16 and float16 as the default dtype; :func:`device_capability` answers (7, 5),
+:func:`supports_bf16` False and :func:`shared_memory_per_block` 64 KB for any device, so routing
+refuses bf16 as on a T4 (reason ``unsupported``); a kernel launched by hand with a bf16 tensor
+raises as Triton's compiler does for sm_75; and a chapter's benchmark cells take their live branch
+(:attr:`Environment.benchmarks_live`), served by a simulated quick run shaped like a T4's
+(:func:`tritonforge.bench.results_for_chapter`; made-up numbers, labelled so). The test suite runs
+every notebook this way (``tests/test_simulated_t4.py``) so that a T4 cannot meet an error the
+tests did not. Never set it to learn anything about speed.
 """
 
 from __future__ import annotations
@@ -47,6 +60,62 @@ from tritonforge import _triton
 PATHS = ("triton", "interpreter", "torch")
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+SIMULATE_ENV = "TRITONFORGE_SIMULATE_DEVICE"
+"""The environment variable that switches the simulation on (see the module docstring)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatedDevice:
+    """A GPU the package can pretend to run on (tests only): what it reports and decides by.
+
+    ``copy_gbps`` and ``matmul_tflops`` are stand-ins for a simulated benchmark run (roughly what
+    such a GPU measures; never shown as a measurement)."""
+
+    key: str  # the value of TRITONFORGE_SIMULATE_DEVICE
+    name: str  # what torch.cuda.get_device_name() answers on the real device
+    capability: tuple[int, int]
+    shared_memory_per_block: int  # bytes, the opt-in maximum per block
+    sms: int
+    copy_gbps: float
+    matmul_tflops: dict  # dtype name -> TFLOP/s, only the dtypes the device has
+
+
+SIMULATED_DEVICES = {
+    # T4: 64 KB of shared memory per block, no bf16 (Triton cannot compile it for sm_75), 40 SMs.
+    "t4": SimulatedDevice("t4", "Tesla T4", (7, 5), 64 * 1024, 40, 240.0, {"float16": 25.0, "float32": 4.5}),
+}
+
+
+def _read_simulation() -> Optional[SimulatedDevice]:
+    value = os.environ.get(SIMULATE_ENV, "").strip().lower()
+    if not value:
+        return None
+    if value not in SIMULATED_DEVICES:
+        raise ValueError(f"{SIMULATE_ENV}={value!r}: expected one of {sorted(SIMULATED_DEVICES)} (or unset)")
+    return SIMULATED_DEVICES[value]
+
+
+_simulated: Optional[SimulatedDevice] = _read_simulation()
+
+
+def simulated_device() -> Optional[SimulatedDevice]:
+    """The GPU being simulated (``TRITONFORGE_SIMULATE_DEVICE``), or ``None`` (the normal case)."""
+    return _simulated
+
+
+@contextlib.contextmanager
+def simulate(key: Optional[str] = "t4") -> Iterator[None]:
+    """Simulate the device ``key`` (``None``: no simulation) inside a ``with`` block (tests)."""
+    global _simulated
+    previous = _simulated
+    _simulated = SIMULATED_DEVICES[key] if key else None
+    if _simulated is not None:
+        _install_simulated_launch_guard()
+    try:
+        yield
+    finally:
+        _simulated = previous
 
 
 class FallbackWarning(UserWarning):
@@ -151,7 +220,10 @@ def interpreting() -> bool:
 
 
 def device_capability(device: torch.device) -> Optional[tuple[int, int]]:
-    """Compute capability of a CUDA device, or None for anything else."""
+    """Compute capability of a CUDA device, or None for anything else (the simulated device's
+    for any device while a simulation is on)."""
+    if _simulated is not None:
+        return _simulated.capability
     if device.type != "cuda":
         return None
     return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device())
@@ -178,7 +250,10 @@ def shared_memory_per_block(device: torch.device) -> Optional[int]:
     Configurations that keep data in shared memory (software-pipelined loops, tiles) are chosen
     from this number, never inferred from the compute capability: sm_86/sm_89 parts (A10, L4)
     allow about 99 KB, a T4 64 KB, an A100 about 163 KB, an H100/H200 about 227 KB. Tests
-    monkeypatch this function to simulate those devices."""
+    monkeypatch this function to simulate those devices; under :func:`simulate` it answers the
+    simulated device's limit for any device."""
+    if _simulated is not None:
+        return _simulated.shared_memory_per_block
     if device.type != "cuda":
         return None
     return _cuda_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
@@ -380,7 +455,8 @@ def bf16_unsupported(dtype: torch.dtype, device: torch.device) -> Optional[str]:
     """The shared check-3 sentence for bf16 on a GPU older than Ampere (None when fine)."""
     if dtype == torch.bfloat16 and not supports_bf16(device):
         major, minor = device_capability(device)  # type: ignore[misc]
-        return f"bfloat16 needs compute capability >= 8.0 and this GPU is sm_{major}{minor}; use float16"
+        simulated = " (simulated)" if _simulated is not None else ""
+        return f"bfloat16 needs compute capability >= 8.0 and this GPU is sm_{major}{minor}{simulated}; use float16"
     return None
 
 
@@ -403,11 +479,24 @@ class Environment:
     python_version: str
     strict: bool
     notes: tuple[str, ...] = ()
+    gpu: Optional[str] = None  # the GPU's name as the driver gives it ("NVIDIA H200", "Tesla T4"), None without one
+    simulated: bool = False  # TRITONFORGE_SIMULATE_DEVICE: the gpu is pretended, tensors stay on the CPU
 
     @property
     def device_type(self) -> str:
         """``"cuda"`` on the triton path, else ``"cpu"``: where a chapter puts its tensors."""
         return "cuda" if self.path == "triton" else "cpu"
+
+    @property
+    def benchmarks_live(self) -> bool:
+        """Whether a chapter's benchmark cells measure here (a CUDA GPU; or, under the simulation,
+        the simulated quick run that stands in for one) rather than plot the recorded results."""
+        return self.simulated or (self.path == "triton" and torch.cuda.is_available())
+
+    @property
+    def dtypes(self) -> tuple[torch.dtype, ...]:
+        """The float dtypes this device's kernels run: float32, float16, and bfloat16 where it has it."""
+        return (torch.float32, torch.float16) + ((torch.bfloat16,) if self.bf16 else ())
 
     def rows(self) -> list[tuple[str, str]]:
         return [
@@ -442,11 +531,23 @@ def environment() -> Environment:
     """
     notes: list[str] = []
     triton_version = getattr(_triton.triton, "__version__", None) if _triton.HAVE_TRITON else None
-    if torch.cuda.is_available() and not interpreting():
+    gpu: Optional[str] = None
+    if _simulated is not None:
+        sim = _simulated
+        gpu = sim.name
+        device = f"{sim.name} (simulated: {SIMULATE_ENV}={sim.key}; tensors on the CPU, kernels in the interpreter)"
+        major, minor = sim.capability
+        cap = f"{major}.{minor} (sm_{major}{minor})"
+        bf16 = sim.capability >= (8, 0)
+        default = torch.bfloat16 if bf16 else torch.float16
+        notes.append(f"simulated {sim.name} for tests: decisions as on that GPU, numbers of any benchmark made up")
+        if not bf16:
+            notes.append("no bf16 on this GPU (Triton needs sm_80+): chapters use float16")
+    elif torch.cuda.is_available() and not interpreting():
         dev = torch.device("cuda")
         major, minor = torch.cuda.get_device_capability(dev)
         bf16 = (major, minor) >= (8, 0)
-        device = torch.cuda.get_device_name(dev)
+        device = gpu = torch.cuda.get_device_name(dev)
         cap = f"{major}.{minor} (sm_{major}{minor})"
         default = torch.bfloat16 if bf16 else torch.float16
         if not bf16:
@@ -458,7 +559,7 @@ def environment() -> Environment:
         # The interpreter handles bf16 as long as kernels upcast after tl.load (they all do);
         # float32 stays the default on CPU because it is what a reader can check by hand.
         cap, bf16, default = None, True, torch.float32
-    route = choose_route("environment", torch.device("cuda" if cap else "cpu"))
+    route = choose_route("environment", torch.device("cuda" if cap and _simulated is None else "cpu"))
     path = route.path
     if path == "torch":
         notes.append(f"kernels fall back to PyTorch here: {route.detail}")
@@ -477,4 +578,55 @@ def environment() -> Environment:
         python_version=platform.python_version(),
         strict=is_strict(),
         notes=tuple(notes),
+        gpu=gpu,
+        simulated=_simulated is not None,
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# The simulation's launch guard: a bf16 tensor handed to a kernel by hand fails as on sm_75
+# ----------------------------------------------------------------------------------------------
+
+
+class SimulatedCompileError(RuntimeError):
+    """What the simulation raises where the simulated GPU's compiler would fail (bf16 before sm_80)."""
+
+
+def _check_simulated_launch(kernel_name: str, args: Sequence[object], kwargs: dict) -> None:
+    sim = _simulated
+    if sim is None or sim.capability >= (8, 0):
+        return
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
+            major, minor = sim.capability
+            raise SimulatedCompileError(
+                f"{kernel_name}: a bfloat16 tensor argument; Triton cannot compile bf16 for sm_{major}{minor} "
+                f"({sim.name}, simulated by {SIMULATE_ENV}): choose the dtype from the device (float16 here)"
+            )
+
+
+_guard_installed = False
+
+
+def _install_simulated_launch_guard() -> None:
+    """Wrap the interpreter's launch once so that, while a simulation without bf16 is on, a kernel
+    called with a bf16 tensor raises :class:`SimulatedCompileError` (the routed ops refuse bf16
+    before launching; this catches the launches a chapter or an exercise makes by hand)."""
+    global _guard_installed
+    if _guard_installed or not (_triton.HAVE_TRITON and interpreting()):
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+
+    run = InterpretedFunction.run
+
+    @functools.wraps(run)
+    def guarded_run(self, *args, **kwargs):
+        _check_simulated_launch(getattr(self.fn, "__name__", "kernel"), args, kwargs)
+        return run(self, *args, **kwargs)
+
+    InterpretedFunction.run = guarded_run
+    _guard_installed = True
+
+
+if _simulated is not None:
+    _install_simulated_launch_guard()  # the one import-time action of the (test-only) simulation

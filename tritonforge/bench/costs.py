@@ -153,6 +153,20 @@ class Ceilings:
     def to_dict(self) -> dict:
         return {"copy_gbps": self.copy_gbps, "matmul_tflops": dict(self.matmul_tflops)}
 
+    @property
+    def half_dtype(self) -> str:
+        """The 16-bit dtype whose matmul roof these ceilings hold: "bfloat16" where it was measured
+        (sm_80 and newer), else "float16" (a T4 has no bf16; a quick run there measures float16
+        only). A chapter reads ``matmul_tflops[ceilings.half_dtype]``, never a fixed key."""
+        for name in ("bfloat16", "float16"):
+            if self.matmul_tflops.get(name):
+                return name
+        raise ValueError(f"these ceilings measured no 16-bit matmul (only {sorted(self.matmul_tflops) or 'none'})")
+
+    def ridge_point(self, dtype: Optional[str] = None) -> float:
+        """FLOP/byte where the ``dtype`` matmul roof (default :attr:`half_dtype`) meets the copy roof."""
+        return self.matmul_tflops[dtype or self.half_dtype] * 1e12 / (self.copy_gbps * 1e9)
+
     @classmethod
     def from_dict(cls, data: dict) -> Ceilings:
         copy_gbps = data.get("copy_gbps")

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from tritonforge import _triton  # noqa: F401  (first: decides TRITON_INTERPRET before triton loads)
+from tritonforge import _triton, runtime  # noqa: F401  (first: decides TRITON_INTERPRET before triton loads)
 from tritonforge.bench import report
 from tritonforge.bench.costs import Ceilings, dtype_name
 from tritonforge.bench.peers import liger_version
@@ -116,6 +116,8 @@ class Results:
 def describe_provenance(metadata: dict, live: bool = False) -> str:
     device = metadata.get("device", "unknown device")
     versions = f"torch {metadata.get('torch', '?')}, triton {metadata.get('triton', '?')}"
+    if metadata.get("simulated"):
+        return f"SIMULATED run standing in for {device}: made-up numbers, not a measurement ({versions})"
     if live:
         return f"live on {device} ({versions})"
     return f"recorded on {device}, {str(metadata.get('date', '?'))[:10]} ({versions})"
@@ -370,8 +372,19 @@ def load_results(suite: Optional[str] = None, directory=DEFAULT_RESULTS_DIR) -> 
 def results_for_chapter(suite: str, *, live: bool = False, directory=DEFAULT_RESULTS_DIR) -> Results:
     """What a chapter plots: a live quick run if ``live`` and a CUDA GPU is here, else the record.
 
-    The returned :class:`Results` knows which it is (``.live``), and the plots say so.
+    The returned :class:`Results` knows which it is (``.live``), and the plots say so. Chapters
+    pass ``live=env.benchmarks_live``. Under ``TRITONFORGE_SIMULATE_DEVICE`` a live request gets
+    :func:`~tritonforge.bench.suites.simulated_run` instead: the rows, dtypes and ceilings a quick
+    run on that GPU would produce, with made-up numbers, so that the chapter's live branch runs
+    (and its dtype and key choices are tested) on a machine without one.
     """
+    if live and runtime.simulated_device() is not None:
+        from tritonforge.bench.suites import simulated_run
+
+        results = simulated_run(suite, runtime.simulated_device())
+        if suite != "ceilings":
+            results.rows = [row for row in results.rows if row["suite"] == suite]
+        return results
     if live and torch.cuda.is_available():
         from tritonforge.bench.suites import run_suite  # the suites write Results: imported when run
 

@@ -12,8 +12,10 @@ op suites (they measure PyTorch itself) and keep their own small functions.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import math
+import platform
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Optional
 
@@ -24,11 +26,14 @@ from tritonforge.bench import peers
 from tritonforge.bench.costs import (
     Ceilings,
     Cost,
+    add_throughput,
     axpy_cost,
     copy_cost,
+    dtype_name,
     matmul_cost,
     rmsnorm_forward_backward_cost,
     rmsnorm_forward_cost,
+    time_floor_us,
 )
 from tritonforge.bench.peers import AXPY_ALPHA, RMSNORM_EPS
 from tritonforge.bench.results import SUITES, Results, collect_metadata, make_row, no_gpu_message
@@ -552,4 +557,82 @@ def run_suite(
             rows += run_op_suite(OP_SPECS[name], ceilings, device_timer=device_time_us, **narrowed)
     command = command or f"tritonforge.bench.run_suite({suite!r}, quick={quick})"
     metadata = collect_metadata(suite, ceilings, timer, quick=quick, command=command)
+    return Results(metadata=metadata, rows=rows, live=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# The simulated run (tests only): the shape of a quick run on a GPU this machine does not have
+# ----------------------------------------------------------------------------------------------
+
+SIMULATED_SLOWDOWN = {"tritonforge": 1.2, "hf-eager": 6.0}
+"""Made-up times of a simulated run: each row takes this multiple of its copy-bandwidth floor
+(1.5 for an implementation not named here). Nothing reads meaning into them; they only have to be
+positive and finite so that every plot and table of a chapter's live branch draws."""
+
+
+def simulated_run(suite: str, sim: runtime.SimulatedDevice) -> Results:
+    """What ``run_suite(suite, quick=True)`` would return on ``sim``'s GPU, with made-up numbers.
+
+    The same rows as a real quick run there: the ceilings of :func:`run_ceilings` (the copy and the
+    matmul of each dtype the device measures: float16 only on a T4), every (dtype, shape,
+    implementation) of the op suites with the device's quick dtypes (:func:`default_dtypes`:
+    float16 on a T4), the rows that are unavailable here marked so (Liger not installed), and
+    metadata naming the device with ``simulated: True`` (the plots then say SIMULATED). The
+    numbers come from ``sim.copy_gbps``/``sim.matmul_tflops`` and :data:`SIMULATED_SLOWDOWN`."""
+    device = "cuda"  # what a real run would ask for; nothing is allocated
+    with runtime.simulate(sim.key):
+        half = default_dtypes(device, quick=True)
+    copy = make_row("ceilings", "copy", "torch.Tensor.copy_", torch.float32, [COPY_QUICK_BYTES // 4])
+    cost = copy_cost(COPY_QUICK_BYTES // 4, torch.float32)
+    copy.update(bytes=cost.bytes, formula=cost.formula, status="ok", us=time_floor_us(cost.bytes, gbps=sim.copy_gbps))
+    rows = [add_throughput(copy, None)]
+    for dtype in half:
+        matmul = make_row("ceilings", "matmul", "torch.matmul", dtype, [MATMUL_SIZE] * 3)
+        flops = matmul_cost(MATMUL_SIZE, MATMUL_SIZE, MATMUL_SIZE).flops
+        matmul.update(flops=flops, formula="FLOPs = 2·M·N·K", status="ok",
+                      us=time_floor_us(flops=flops, tflops=sim.matmul_tflops[dtype_name(dtype)]))  # fmt: skip
+        rows.append(add_throughput(matmul, None))
+    ceilings = Ceilings.from_rows(rows)
+    names = [name for name in SUITES if name != "ceilings"] if suite == "all" else [suite]
+    for name in names:
+        spec = OP_SPECS.get(name)
+        if spec is None:
+            continue  # ceilings (above) or the profile, which chapters read from the record
+        for dtype in half:
+            for shape in spec.quick_shapes:
+                cost = spec.cost(tuple(shape), dtype)
+                for impl, make in spec.impl_table(None, device).items():
+                    row = make_row(spec.suite, spec.op, impl, dtype, spec.row_shape(tuple(shape)), bytes=cost.bytes,
+                                   flops=cost.flops, formula=cost.formula, ceiling=cost.ceiling)  # fmt: skip
+                    if isinstance(make, str):
+                        rows.append(unavailable(row, make))
+                        continue
+                    us = time_floor_us(cost.bytes, gbps=sim.copy_gbps) * SIMULATED_SLOWDOWN.get(impl, 1.5)
+                    row.update(status="ok", us=us, max_rel_err=0.0, note="simulated: made-up time")
+                    if spec.device_time and impl not in peers.CUDA_GRAPH_IMPLS:
+                        row["device_us"] = us * 0.9
+                    rows.append(add_throughput(row, ceilings))
+                for baseline in spec.baselines:  # the same-size copy
+                    copied = copy_cost(math.prod(shape), dtype)
+                    copy_row = make_row(spec.suite, "copy", baseline, dtype, list(shape), bytes=copied.bytes, formula=copied.formula,
+                                        ceiling="copy", status="ok", us=time_floor_us(copied.bytes, gbps=sim.copy_gbps),
+                                        note="simulated: made-up time")  # fmt: skip
+                    rows.append(add_throughput(copy_row, ceilings))
+    major, minor = sim.capability
+    metadata = {
+        "suite": suite,
+        "suites": ["ceilings"] if suite == "ceilings" else ["ceilings", *names],
+        "device": sim.name,
+        "compute_capability": f"{major}.{minor}",
+        "torch": torch.__version__,
+        "triton": getattr(runtime._triton.triton, "__version__", None),
+        "liger": peers.liger_version(),
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": f"tritonforge.bench.simulated_run({suite!r}) ({runtime.SIMULATE_ENV}={sim.key})",
+        "git_commit": None,
+        "quick": True,
+        "simulated": True,
+        "ceilings": ceilings.to_dict(),
+    }
     return Results(metadata=metadata, rows=rows, live=True)

@@ -75,6 +75,41 @@ DEVICES: dict[str, DeviceSpec] = {
 }
 
 
+def datasheet_key(device_name: Optional[str]) -> Optional[str]:
+    """The :data:`DEVICES` key of a GPU named as the driver names it ("NVIDIA H200" -> "H200",
+    "Tesla T4" -> "T4"), or ``None`` for a GPU the table does not hold (or no GPU)."""
+    name = (device_name or "").upper()
+    for key in DEVICES:
+        if key in name.replace("-", " ").split() or f" {key}" in f" {name}":
+            return key
+    return None
+
+
+def datasheet_for(device_name: Optional[str]) -> Optional[DeviceSpec]:
+    """The datasheet of the GPU named ``device_name`` (a results file's ``metadata["device"]`` or
+    ``environment().gpu``), or ``None``: a measurement is compared with its own device's
+    datasheet, never with another's."""
+    key = datasheet_key(device_name)
+    return DEVICES[key] if key else None
+
+
+def percent_of_datasheet(value: float, device_name: Optional[str], what: str, dtype: str = "float32") -> str:
+    """"(93% of the H200 SXM datasheet)" for a copy (``what="bandwidth"``) or matmul rate
+    (``what="matmul"``, in ``dtype``) measured on ``device_name``; says so when the book has no
+    datasheet for that GPU or the datasheet has no rate for the dtype."""
+    spec = datasheet_for(device_name)
+    if spec is None:
+        return f"(no datasheet for {device_name or 'this device'} in the book's table)"
+    if what == "bandwidth":
+        roof = spec.hbm_gbps
+    else:
+        dt = getattr(torch, dtype)
+        if dt == torch.bfloat16 and spec.bf16_tensor_tflops is None:
+            return f"(the {spec.name} has no bf16 rate)"
+        roof = spec.peak_tflops(dt)
+    return f"({value / roof:.0%} of the {spec.name} datasheet)"
+
+
 # ----------------------------------------------------------------------------------------------
 # What each op of a decoder must move and compute
 # ----------------------------------------------------------------------------------------------

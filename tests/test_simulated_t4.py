@@ -1,0 +1,44 @@
+"""Every chapter and exercise notebook, run as on a Colab T4 (sm_75): the GPU the book recommends.
+
+``TRITONFORGE_SIMULATE_DEVICE=t4`` makes tritonforge report and decide as on a T4 (capability 7.5,
+no bf16, float16 by default, 64 KB of shared memory per block, the T4's datasheet; routing refuses
+bf16 and a kernel launched by hand with a bf16 tensor raises as Triton's compiler does for sm_75)
+while tensors stay on the CPU and kernels run in the interpreter. Under it a chapter's benchmark
+cells take their live branch, served by a simulated quick run with a T4's rows and keys (float16
+only). So a cell that reads a bfloat16 result, labels a T4's numbers with the H200's datasheet or
+launches a bf16 kernel fails here, on a machine without a GPU, before a reader meets it in Colab.
+
+The notebooks run through nbval in one child process (the same options as the plain test run:
+``--nbval-lax``, a cell timeout, strict routing inherited from ``conftest.py``). Measured on a
+2-core machine: about a minute, as long as the plain nbval run of the same notebooks.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "exercises").glob("*.ipynb"))
+
+
+def test_there_are_notebooks_to_simulate():
+    assert len(NOTEBOOKS) >= 10, NOTEBOOKS
+
+
+def test_every_notebook_runs_as_on_a_t4():
+    env = dict(os.environ)
+    env.update(
+        TRITONFORGE_SIMULATE_DEVICE="t4",
+        TRITON_INTERPRET="1",  # tensors stay on the CPU even on a machine with a GPU
+        CUDA_VISIBLE_DEVICES="",
+        TRITONFORGE_STRICT="1",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-cell-timeout=600",
+         "--nbval-current-env", "-o", "addopts=", *[str(p.relative_to(ROOT)) for p in NOTEBOOKS]],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, (
+        "a notebook fails as on a Colab T4 (TRITONFORGE_SIMULATE_DEVICE=t4):\n" + result.stdout[-12000:] + result.stderr[-3000:]
+    )
