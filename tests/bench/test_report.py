@@ -28,3 +28,17 @@ def test_table_adds_device_times_when_rows_have_them():
 
 def test_shape_label():
     assert bench.shape_label([4096, 512]) == "4096×512" and bench.shape_label([7]) == "7"
+
+
+def test_a_missing_pass_count_reads_as_what_it_is_never_none():
+    """A profile row whose kernels were not launched through aten ops has ``hbm_passes=None``:
+    "not counted", which must not print as "None" (read as "no full pass")."""
+    counted = {"kernel_count": 8, "hbm_passes": 6}
+    triton_kernel = {"kernel_count": 1, "hbm_passes": None}
+    assert bench.kernel_summary(counted) == "8 CUDA kernels, 6 of them over the full tensor"
+    assert bench.kernel_summary(triton_kernel).startswith("1 CUDA kernel; full-tensor passes: n/a (")
+    assert bench.full_tensor_passes({"kernel_count": 1}) == "not recorded"
+    assert bench.kernel_summary({}) == "kernel count not recorded; full-tensor passes: not recorded"
+    row = {"impl": "tritonforge", "dtype": "bfloat16", "shape": [4096, 4096], "status": "ok", "kernels": ["k"], "note": None, **triton_kernel}
+    table = bench.format_suite("profile-eager-rmsnorm", [row])
+    assert "None" not in table and "| 1 | n/a (" in table

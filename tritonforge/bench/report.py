@@ -10,6 +10,30 @@ def shape_label(shape: Sequence[int]) -> str:
     return "×".join(str(s) for s in shape)
 
 
+PASSES_NOT_COUNTED = "n/a (no kernel launched through an aten op: the profile counts full-tensor passes of aten kernels only)"
+"""What a profile row says when ``hbm_passes`` is ``None``: a Triton kernel (or anything launched
+outside an aten op) cannot be tied to its input shapes by the profiler, so no pass was counted;
+that is not the same as "no pass"."""
+
+
+def full_tensor_passes(row: dict) -> str:
+    """A profile row's ``hbm_passes`` in words: the count; ``n/a (why)`` when the method could not
+    count any; ``not recorded`` when the row has no such field. Never "None"."""
+    if "hbm_passes" not in row:
+        return "not recorded"
+    return PASSES_NOT_COUNTED if row["hbm_passes"] is None else str(row["hbm_passes"])
+
+
+def kernel_summary(row: dict) -> str:
+    """One line for a profile row: "8 CUDA kernels, 6 of them over the full tensor", or what is
+    missing, said as such (a chapter prints this under the profiler's kernel list)."""
+    count = row.get("kernel_count")
+    kernels = "kernel count not recorded" if count is None else f"{count} CUDA kernel{'' if count == 1 else 's'}"
+    if row.get("hbm_passes") is not None:
+        return f"{kernels}, {row['hbm_passes']} of them over the full tensor"
+    return f"{kernels}; full-tensor passes: {full_tensor_passes(row)}"
+
+
 def cell(row: dict) -> str:
     """One table cell: "µs (fraction)" for a timed row, else its status."""
     if row["status"] != "ok":
@@ -31,8 +55,8 @@ def format_suite(suite: str, rows: list[dict]) -> str:
         lines += ["| impl | dtype | shape | CUDA kernels | full-tensor passes | kernel names |", "|---|---|---|---|---|---|"]
         for r in rows:
             names = ", ".join(k[:60] for k in r.get("kernels") or []) or (r["note"] or "")
-            lines.append(f"| {r['impl']} | {r['dtype']} | {shape_label(r['shape'])} | {r.get('kernel_count', '-')} "
-                         f"| {r.get('hbm_passes', '-')} | {names} |")  # fmt: skip
+            lines.append(f"| {r['impl']} | {r['dtype']} | {shape_label(r['shape'])} | {r.get('kernel_count', 'not recorded')} "
+                         f"| {full_tensor_passes(r)} | {names} |")  # fmt: skip
     else:
         impls = list(dict.fromkeys(r["impl"] for r in rows))
         keys = list(dict.fromkeys((r["dtype"], tuple(r["shape"])) for r in rows))
