@@ -13,7 +13,7 @@ Every op in tritonforge runs on one of three paths, decided per call:
 1. **Triton importable** — otherwise ``torch`` (reason ``triton-missing``);
 2. **a device Triton can run on** — CUDA tensors with the compiler, or any tensors with the
    interpreter switched on; otherwise ``torch`` (reason ``device``);
-3. **inputs the kernel supports** — the op's own ``supports`` check (e.g. bf16 needs compute
+3. **inputs the kernel supports** — the op's own ``supports`` check (e.g. bf16 kernels only from compute
    capability 8.0); otherwise ``torch`` (reason ``unsupported``);
 4. **the kernel compiles and launches** — an exception from the kernel is caught; ``torch``
    (reason ``kernel-error``).
@@ -34,7 +34,9 @@ interpreter: :func:`environment` names the device "Tesla T4 (simulated)" with ca
 no bf16 and float16 as the default dtype; :func:`device_capability` answers (7, 5),
 :func:`supports_bf16` False and :func:`shared_memory_per_block` 64 KB for any device, so routing
 refuses bf16 as on a T4 (reason ``unsupported``); a kernel launched by hand with a bf16 tensor
-raises as Triton's compiler does for sm_75; and a chapter's benchmark cells take their live branch
+raises :class:`SimulatedCompileError` (a real T4 would compile and run it, emulating bf16; the
+book runs no bf16 kernel there, see :func:`supports_bf16`, and the guard keeps a chapter from
+doing so); and a chapter's benchmark cells take their live branch
 (:attr:`Environment.benchmarks_live`), served by a simulated quick run shaped like a T4's
 (:func:`tritonforge.bench.results_for_chapter`; made-up numbers, labelled so). The test suite runs
 every notebook this way (``tests/test_simulated_t4.py``) so that a T4 cannot meet an error the
@@ -82,7 +84,8 @@ class SimulatedDevice:
 
 
 SIMULATED_DEVICES = {
-    # T4: 64 KB of shared memory per block, no bf16 (Triton cannot compile it for sm_75), 40 SMs.
+    # T4: 64 KB of shared memory per block, no bf16 instructions (the book runs no bf16 kernel on
+    # it: see supports_bf16), 40 SMs.
     "t4": SimulatedDevice("t4", "Tesla T4", (7, 5), 64 * 1024, 40, 240.0, {"float16": 25.0, "float32": 4.5}),
 }
 
@@ -270,11 +273,25 @@ def _cuda_shared_memory(index: int) -> int:
 
 
 def supports_bf16(device: torch.device) -> bool:
-    """bf16 kernels need compute capability >= 8.0.
+    """Whether the package runs its bf16 kernels on ``device``: compute capability >= 8.0, or any
+    non-CUDA device (the interpreter handles bf16 as long as kernels upcast after ``tl.load``).
 
-    ``torch.cuda.is_bf16_supported()`` answers True on a T4 (sm_75) because PyTorch emulates
-    bf16 there; Triton cannot compile bf16 for sm_75, so we ask for the capability instead.
-    On CPU the interpreter handles bf16 as long as kernels upcast after ``tl.load``.
+    What Triton itself does below sm_80 (checked by compiling for sm_75, a T4, with Triton 3.6 and
+    3.9: ``scripts/bf16_sm75_probe.py``; not run on one): bf16 **compiles**. Loads and stores are plain 16-bit memory operations,
+    bf16 -> float32 is a 16-bit shift, and float32 -> bf16 is rounded to nearest-even in software
+    (a few integer instructions per element, NaN kept): the bits sm_80's hardware conversion
+    gives. bf16 arithmetic written without an upcast compiles too, each operation done in float32
+    and rounded back. ``tl.dot`` on bf16 operands compiles to float32 FMAs, without tensor cores
+    (as fp16 ``tl.dot`` does on sm_75 in Triton 3.x); from sm_80 it is ``mma.sync`` on bf16.
+
+    Why the package refuses it all the same (bf16 calls take the PyTorch reference, a routed and
+    warned fallback, and the chapters default to float16 there): a T4 has no bf16 instructions,
+    so every bf16 conversion is emulated, for nothing float16 (native there, the same 2 bytes)
+    does not give; Triton lists compute capability 8.0+ as its supported NVIDIA hardware; and the
+    package's bf16 kernels have never run on an sm_75 device.
+
+    ``torch.cuda.is_bf16_supported()`` is no guide: it answers True on a T4 (PyTorch emulates
+    bf16 there), so we ask for the capability.
     """
     cap = device_capability(device)
     return cap is None or cap >= (8, 0)
@@ -456,7 +473,10 @@ def bf16_unsupported(dtype: torch.dtype, device: torch.device) -> Optional[str]:
     if dtype == torch.bfloat16 and not supports_bf16(device):
         major, minor = device_capability(device)  # type: ignore[misc]
         simulated = " (simulated)" if _simulated is not None else ""
-        return f"bfloat16 needs compute capability >= 8.0 and this GPU is sm_{major}{minor}{simulated}; use float16"
+        return (
+            f"the package runs bf16 kernels from compute capability 8.0 and this GPU is sm_{major}{minor}{simulated} "
+            "(no bf16 instructions: Triton would emulate every conversion); use float16"
+        )
     return None
 
 
@@ -542,7 +562,7 @@ def environment() -> Environment:
         default = torch.bfloat16 if bf16 else torch.float16
         notes.append(f"simulated {sim.name} for tests: decisions as on that GPU, numbers of any benchmark made up")
         if not bf16:
-            notes.append("no bf16 on this GPU (Triton needs sm_80+): chapters use float16")
+            notes.append("no bf16 instructions on this GPU: the package runs no bf16 kernel below sm_80, chapters use float16")
     elif torch.cuda.is_available() and not interpreting():
         dev = torch.device("cuda")
         major, minor = torch.cuda.get_device_capability(dev)
@@ -551,7 +571,7 @@ def environment() -> Environment:
         cap = f"{major}.{minor} (sm_{major}{minor})"
         default = torch.bfloat16 if bf16 else torch.float16
         if not bf16:
-            notes.append("no bf16 on this GPU (Triton needs sm_80+): chapters use float16")
+            notes.append("no bf16 instructions on this GPU: the package runs no bf16 kernel below sm_80, chapters use float16")
         if (major, minor) < (8, 0):
             notes.append("pre-Ampere GPU: Triton supports it unofficially; tl.dot runs without tensor cores")
     else:
@@ -584,12 +604,14 @@ def environment() -> Environment:
 
 
 # ----------------------------------------------------------------------------------------------
-# The simulation's launch guard: a bf16 tensor handed to a kernel by hand fails as on sm_75
+# The simulation's launch guard: a bf16 tensor handed to a kernel by hand is refused below sm_80
 # ----------------------------------------------------------------------------------------------
 
 
 class SimulatedCompileError(RuntimeError):
-    """What the simulation raises where the simulated GPU's compiler would fail (bf16 before sm_80)."""
+    """What the simulation raises when a kernel is launched by hand with a bf16 tensor on a GPU
+    below sm_80. Triton would compile and run it there (emulating bf16: see :func:`supports_bf16`);
+    the error stands for the book's rule that no bf16 kernel runs on such a GPU."""
 
 
 def _check_simulated_launch(kernel_name: str, args: Sequence[object], kwargs: dict) -> None:
@@ -600,8 +622,9 @@ def _check_simulated_launch(kernel_name: str, args: Sequence[object], kwargs: di
         if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
             major, minor = sim.capability
             raise SimulatedCompileError(
-                f"{kernel_name}: a bfloat16 tensor argument; Triton cannot compile bf16 for sm_{major}{minor} "
-                f"({sim.name}, simulated by {SIMULATE_ENV}): choose the dtype from the device (float16 here)"
+                f"{kernel_name}: a bfloat16 tensor argument on sm_{major}{minor} ({sim.name}, simulated by "
+                f"{SIMULATE_ENV}): the book runs no bf16 kernel below sm_80 (a real T4 would emulate it); "
+                "choose the dtype from the device (float16 here)"
             )
 
 
