@@ -517,7 +517,15 @@ def compile_records_for_chapter(live: bool, directory=None, *, offline_arch: Opt
     3. no recording: compile here without a GPU for ``sm_<offline_arch>`` (the H200's sm_90 by
        default) in a subprocess — the IR and registers are real, nothing runs;
     4. none of these (no Triton, say): empty records whose ``note`` says how to get some.
+
+    Under ``TRITONFORGE_SIMULATE_DEVICE`` (tests) ``live=True`` compiles offline for the simulated
+    GPU's architecture (``sm_75`` for a T4) instead of 1.: what a reader's GPU would compile,
+    without one.
     """
+    simulated = runtime.simulated_device()
+    if live and simulated is not None:
+        major, minor = simulated.capability
+        return _compile_offline_in_subprocess(10 * major + minor)
     if live:
         return record_compilation()
     records = load_compile_records(directory)
