@@ -2,7 +2,8 @@
 
 ``TRITONFORGE_SIMULATE_DEVICE=t4`` makes tritonforge report and decide as on a T4 (capability 7.5,
 no bf16, float16 by default, 64 KB of shared memory per block, the T4's datasheet; routing refuses
-bf16 and a kernel launched by hand with a bf16 tensor raises as Triton's compiler does for sm_75)
+bf16, and a kernel launched by hand with a bf16 tensor raises: a real T4 would compile and run it,
+emulating bf16, but the book runs no bf16 kernel below sm_80, see ``runtime.supports_bf16``)
 while tensors stay on the CPU and kernels run in the interpreter. Under it a chapter's benchmark
 cells take their live branch, served by a simulated quick run with a T4's rows and keys (float16
 only). So a cell that reads a bfloat16 result, labels a T4's numbers with the H200's datasheet or

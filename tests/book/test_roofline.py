@@ -28,3 +28,12 @@ def test_datasheet_devices():
     assert set(roofline.DEVICES) == {"T4", "A100", "H100", "H200"}
     with pytest.raises(ValueError, match="bf16"):
         roofline.DEVICES["T4"].peak_tflops(torch.bfloat16)
+
+
+def test_two_ridges_per_device():
+    """Matmul-like work meets the tensor-core ridge; elementwise and reduction ops the fp32 one."""
+    h200 = roofline.DEVICES["H200"]
+    assert h200.ridge_point_fp16 == pytest.approx(989e12 / 4800e9)  # about 206 FLOP/B
+    assert h200.ridge_point_fp32 == pytest.approx(67e12 / 4800e9)  # about 14 FLOP/B
+    rmsnorm = roofline.predict_on(roofline.rmsnorm_cost(4096, 4096, torch.bfloat16), "H200", torch.bfloat16, matmul_like=False)
+    assert rmsnorm.ridge == pytest.approx(h200.ridge_point_fp32)

@@ -61,8 +61,14 @@ class DeviceSpec:
 
     @property
     def ridge_point_fp16(self) -> float:
-        """FLOP/byte where the fp16 tensor-core roof meets the memory roof."""
+        """FLOP/byte where the fp16 tensor-core roof meets the memory roof (matmul-like work)."""
         return self.fp16_tensor_tflops * 1e12 / (self.hbm_gbps * 1e9)
+
+    @property
+    def ridge_point_fp32(self) -> float:
+        """FLOP/byte where the plain fp32 (CUDA-core) roof meets the memory roof: the ridge of
+        elementwise and reduction ops, which compute in float32 without tensor cores."""
+        return self.fp32_tflops * 1e12 / (self.hbm_gbps * 1e9)
 
 
 # Datasheet values (NVIDIA product briefs/datasheets; see references.bib). The T4 "fp16 tensor"
