@@ -85,7 +85,7 @@ def _layer_norm_run(fn, inp: dict) -> dict:
     return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, weight, bias), before)}
 
 
-def _layer_norm_case_of(name: str, inputs, *, rtol: Optional[float] = None, hint: str = "") -> Case:
+def _layer_norm_case_of(name: str, inputs, *, rtol: Optional[float] = None, hint: str = "", dtype: Optional[torch.dtype] = None) -> Case:
     def compare(got, exp, inp):
         tol = TOLERANCE[inp["x"].view.dtype] if rtol is None else rtol
         return with_hint(compare_tensors(got, exp, rtol=tol), hint)
@@ -96,6 +96,7 @@ def _layer_norm_case_of(name: str, inputs, *, rtol: Optional[float] = None, hint
         run=_layer_norm_run,
         expected=lambda inp: layer_norm_ref(inp["x"].view, inp["weight"].view, inp["bias"].view),
         compare=compare,
+        dtype=dtype,
     )
 
 
@@ -111,7 +112,7 @@ def _layer_norm_case(
         bias = torch.randn(N, generator=gen)
         return _layer_norm_guard(values.to(spec.dtype), weight.to(spec.dtype), bias.to(spec.dtype), spec.strides, spec.offset)
 
-    return _layer_norm_case_of(name, inputs, rtol=rtol, hint=hint)
+    return _layer_norm_case_of(name, inputs, rtol=rtol, hint=hint, dtype=spec.dtype)
 
 
 LAYER_NORM_CENTERED_HINT = (
@@ -324,7 +325,7 @@ def _fused_add_case(name: str, spec: _RowsSpec, *, x_scale: float = 1.0, residua
     def compare(got, expected, inp):
         return with_hint(_compare_fused_add(got, expected, inp), hint)
 
-    return Case(name=name, inputs=inputs, run=_fused_add_run, expected=_fused_add_expected, compare=compare)
+    return Case(name=name, inputs=inputs, run=_fused_add_run, expected=_fused_add_expected, compare=compare, dtype=spec.dtype)
 
 
 def fused_add_rms_norm_cases() -> list[Case]:

@@ -144,7 +144,7 @@ def _dweight_case(name: str, spec: _DweightSpec) -> Case:
         dy_stride, x_stride = (s or N for s in spec.row_strides)
         return _dweight_guard(dy, x, rstd, spec.programs, dy_stride, x_stride, 3 if x_stride != N else 0)
 
-    return Case(name=name, inputs=inputs, run=_dweight_run, expected=_dweight_expected, compare=_compare_dweight)
+    return Case(name=name, inputs=inputs, run=_dweight_run, expected=_dweight_expected, compare=_compare_dweight, dtype=spec.dtype)
 
 
 def rms_norm_dweight_cases() -> list[Case]:

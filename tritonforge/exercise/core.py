@@ -67,6 +67,7 @@ class Case:
     run: Callable[[Callable, Any], Any]
     expected: Callable[[Any], Any]
     compare: Callable[[Any, Any, Any], Verdict]
+    dtype: Optional[torch.dtype] = None  # the kernel's dtype, where it matters: bf16 cases are skipped on a GPU without bf16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +76,7 @@ class Row:
     passed: bool
     error: Optional[float]
     detail: str
+    skipped: bool = False  # not run on this device (bf16 below sm_80): neither a pass nor a failure
 
 
 def describe_exception(exc: BaseException, limit: int = 240) -> str:
@@ -100,16 +102,26 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return bool(self.rows) and all(r.passed for r in self.rows)
+        return any(not r.skipped for r in self.rows) and all(r.passed or r.skipped for r in self.rows)
 
     @property
     def n_passed(self) -> int:
         return sum(r.passed for r in self.rows)
 
+    @property
+    def n_skipped(self) -> int:
+        return sum(r.skipped for r in self.rows)
+
     def summary(self) -> str:
+        run = len(self.rows) - self.n_skipped
+        skipped = f"; {self.n_skipped} skipped on this device" if self.n_skipped else ""
         if self.passed:
-            return f"{self.title}: all {len(self.rows)} cases pass"
-        return f"{self.title}: {self.n_passed} of {len(self.rows)} cases pass (seed {self.seed})"
+            return f"{self.title}: all {run} cases pass{skipped}"
+        return f"{self.title}: {self.n_passed} of {run} cases pass (seed {self.seed}){skipped}"
+
+    @staticmethod
+    def _verdict_text(row: Row) -> str:
+        return "skip" if row.skipped else ("pass" if row.passed else "FAIL")
 
     @staticmethod
     def _error_text(error: Optional[float]) -> str:
@@ -121,7 +133,7 @@ class Report:
 
     def __str__(self) -> str:
         header = ("case", "verdict", "max error", "detail")
-        body = [(r.case, "pass" if r.passed else "FAIL", self._error_text(r.error), r.detail) for r in self.rows]
+        body = [(r.case, self._verdict_text(r), self._error_text(r.error), r.detail) for r in self.rows]
         widths = [max(len(row[i]) for row in [header, *body]) for i in range(3)]
         lines = [self.summary(), ""]
         for row in [header, *body]:
@@ -139,6 +151,8 @@ class Report:
         cells = []
         for r in self.rows:
             mark = "<span style='color:#1a7f37'>✔ pass</span>" if r.passed else "<span style='color:#cf222e'>✘ fail</span>"
+            if r.skipped:
+                mark = "<span style='color:#6e7781'>– skipped</span>"
             cells.append(
                 "<tr>"
                 f"<td style='text-align:left'>{html.escape(r.case)}</td>"
@@ -171,6 +185,10 @@ def check(fn: Callable, cases: Sequence[Case], *, title: str, seed: Optional[int
     rows = []
     for index, case in enumerate(cases):
         gen = torch.Generator().manual_seed(seed + index)
+        unsupported = case_unsupported(case)
+        if unsupported:
+            rows.append(Row(case.name, False, None, unsupported, skipped=True))
+            continue
         try:
             inputs = case.inputs(gen)
             expected = case.expected(inputs)
@@ -255,6 +273,20 @@ def format_values(t: torch.Tensor, *, precision: int = 4) -> str:
 def kernel_device() -> str:
     """Where exercise kernels run: a CUDA GPU when Triton compiles for it, else the CPU."""
     return "cuda" if torch.cuda.is_available() and not runtime.interpreting() else "cpu"
+
+
+def half_dtype() -> torch.dtype:
+    """The 16-bit dtype for a notebook's "try it" cell: bfloat16 where the device runs bf16
+    kernels (sm_80 and newer, or the CPU's interpreter), float16 on a T4."""
+    return torch.bfloat16 if runtime.supports_bf16(torch.device(kernel_device())) else torch.float16
+
+
+def case_unsupported(case: Case) -> Optional[str]:
+    """Why ``case`` is not run on this device (a bf16 case on a GPU without bf16), or None."""
+    if case.dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(kernel_device())):
+        cap = runtime.device_capability(torch.device(kernel_device())) or (0, 0)
+        return f"skipped: the book runs no bf16 kernel on this GPU (sm_{cap[0]}{cap[1]}); the float16 cases cover 16-bit"
+    return None
 
 
 @dataclasses.dataclass
