@@ -114,3 +114,19 @@ def test_check_itself_failing_is_reported_not_raised():
     assert not report.passed
     assert "error in the check itself" in report.rows[0].detail
 
+
+
+def test_a_check_gives_the_same_verdict_on_every_run():
+    """No seed given: the default one, so a verdict (and its numbers) never changes between runs."""
+    first, second = (exercise.check_arithmetic_intensity(intensity_counts_macs) for _ in range(2))
+    assert first.seed == second.seed == exercise.core.DEFAULT_SEED
+    assert first.rows == second.rows
+
+
+def test_a_trial_never_raises_and_says_why():
+    def not_a_kernel(x_ptr, out_ptr, N, stride_xm, BLOCK_N):
+        pass
+
+    trial = exercise.try_row_max(not_a_kernel, -torch.rand(2, 40) - 0.5)
+    assert not trial.passed
+    assert str(trial).startswith("row_max_kernel on x [2, 40]: not right yet: TypeError") and "@triton.jit" in str(trial)
