@@ -99,16 +99,18 @@ def _(x, y, alpha):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def _setup_context(ctx, inputs, output):
+def setup_context(ctx, inputs, output):
+    """The backward needs only alpha."""
     ctx.alpha = inputs[2]
 
 
-def _backward(ctx, dout):
+def backward(ctx, dout):
+    """``(dx, dy, None)`` = ``(alpha * dout, dout, None)``."""
     # d(alpha*x + y)/dx = alpha, d/dy = 1: PyTorch ops, so a second derivative is exact (zero).
     return (ctx.alpha * dout if ctx.needs_input_grad[0] else None), (dout if ctx.needs_input_grad[1] else None), None
 
 
-axpy_op.register_autograd(_backward, setup_context=_setup_context)
+axpy_op.register_autograd(backward, setup_context=setup_context)
 
 
 def _vmap_rule(info, in_dims, x, y, alpha):

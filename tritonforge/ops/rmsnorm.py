@@ -541,7 +541,8 @@ def _(dy, x, weight, rstd, eps, need_dx, need_dweight):
     return (x.new_empty(x.shape if need_dx else (0,))), weight.new_empty(weight.shape if need_dweight else (0,))
 
 
-def _setup_context(ctx, inputs, output):
+def setup_context(ctx, inputs, output):
+    """What the backward keeps from the training forward: x, weight and the per-row rstd."""
     x, weight, eps = inputs
     _, rstd = output
     ctx.save_for_backward(x, weight, rstd)
@@ -549,7 +550,9 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(rstd)
 
 
-def _backward(ctx, dy, _drstd):
+def backward(ctx, dy, _drstd):
+    """``(dx, dweight, None)`` from dy: the backward operator (routed), or the differentiable
+    reference backward when autograd builds a graph of the gradient (``create_graph=True``)."""
     x, weight, rstd = ctx.saved_tensors
     need_dx, need_dweight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     if not (need_dx or need_dweight):
@@ -568,7 +571,7 @@ def _backward(ctx, dy, _drstd):
     return (dx if need_dx else None), (dweight if need_dweight else None), None
 
 
-rms_norm_train_op.register_autograd(_backward, setup_context=_setup_context)
+rms_norm_train_op.register_autograd(backward, setup_context=setup_context)
 
 
 def _vmap_rule(info, in_dims, x, weight, eps):
