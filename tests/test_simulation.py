@@ -160,3 +160,15 @@ def test_datasheet_is_the_devices_own():
     assert "no bf16" in roofline.percent_of_datasheet(25.0, "Tesla T4", "matmul", "bfloat16")
     assert "no datasheet" in roofline.percent_of_datasheet(900.0, "NVIDIA GeForce RTX 4090", "bandwidth")
     assert "H200" in roofline.percent_of_datasheet(4300.0, "NVIDIA H200", "bandwidth")
+
+
+def test_backward_config_on_a_t4_is_unpipelined(monkeypatch):
+    """The configuration code a T4 reaches (the compiled path): no cp.async below sm_80, so no
+    software pipelining, whatever the shared memory (64 KB there)."""
+    from tritonforge.ops import rmsnorm
+
+    monkeypatch.setattr(runtime, "interpreting", lambda: False)  # as on the GPU: the interpreter has no pipeline
+    cuda = torch.device("cuda", 0)
+    with runtime.simulate("t4"):
+        assert runtime.shared_memory_per_block(cuda) == 64 * 1024
+        assert rmsnorm.bwd_stages(1024, torch.float16, cuda) == 1
