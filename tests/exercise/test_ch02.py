@@ -149,6 +149,79 @@ def bias_relu_no_masks(
     tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, tl.maximum(x + bias[None, :], 0.0))
 
 
+@triton.jit
+def transpose_copies_instead(x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tile = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, tile, mask=mask)  # out[i, j] = x[i, j]
+
+
+@triton.jit
+def transpose_store_mask_swapped(
+    x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    tile = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=(rows[:, None] < M) & (cols[None, :] < N))
+    store_mask = (rows[:, None] < N) & (cols[None, :] < M)  # "out is [N, M]", applied to x's indices
+    tl.store(out_ptr + cols[None, :] * stride_om + rows[:, None] * stride_on, tile, mask=store_mask)
+
+
+@triton.jit
+def transpose_assumes_contiguous_out(
+    x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tile = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask)
+    tl.store(out_ptr + cols[None, :] * M + rows[:, None], tile, mask=mask)  # out as a contiguous [N, M]
+
+
+@triton.jit
+def transpose_ignores_stride_xn(
+    x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tile = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask)  # forgot stride_xn
+    tl.store(out_ptr + cols[None, :] * stride_om + rows[:, None] * stride_on, tile, mask=mask)
+
+
+@triton.jit
+def transpose_program_ids_swapped(
+    x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    rows = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)  # axis 1 of the grid walks the columns
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tile = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask)
+    tl.store(out_ptr + cols[None, :] * stride_om + rows[:, None] * stride_on, tile, mask=mask)
+
+
+@triton.jit
+def transpose_unmasked_store(
+    x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    tile = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=(rows[:, None] < M) & (cols[None, :] < N))
+    tl.store(out_ptr + cols[None, :] * stride_om + rows[:, None] * stride_on, tile)  # no mask
+
+
+@triton.jit
+def transpose_block_sizes_swapped(
+    x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_M)  # steps of BLOCK_N: out's tiles are BLOCK_N rows tall
+    cols = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tile = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask)
+    tl.store(out_ptr + cols[None, :] * stride_om + rows[:, None] * stride_on, tile, mask=mask)
+
 TABLE = {
     # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
     "ex02a_bias_relu_2d": (
@@ -167,6 +240,19 @@ TABLE = {
             row_max_off_by_one_mask,
             row_max_reads_past_row,
             row_max_no_load_mask,
+        ],
+    ),
+    "ex02c_transpose": (
+        "transpose_kernel",
+        exercise.check_transpose,
+        [
+            transpose_copies_instead,
+            transpose_store_mask_swapped,
+            transpose_assumes_contiguous_out,
+            transpose_ignores_stride_xn,
+            transpose_program_ids_swapped,
+            transpose_unmasked_store,
+            transpose_block_sizes_swapped,
         ],
     ),
 }
@@ -205,6 +291,21 @@ def test_specific_failure_messages():
     assert any("outside the output" in r.detail for r in unmasked.rows)
     zero = exercise.check_row_max(row_max_zero_init)
     assert any("got 0," in r.detail for r in zero.rows if not r.passed)
+
+
+def test_transpose_failures_come_with_a_picture():
+    """A failed transpose case draws the output: a copy leaves a diagonal of right elements in a
+    field of wrong ones, a swapped store mask leaves elements unwritten and writes past the edge."""
+    copy = exercise.check_transpose(transpose_copies_instead)
+    square = next(r for r in copy.rows if r.case.startswith("square"))
+    assert not square.passed and square.picture.splitlines()[1].startswith("·x")
+    assert "written past the output's edge" in str(copy) and "<pre>" in copy._repr_html_()
+    swapped = exercise.check_transpose(transpose_store_mask_swapped)
+    pictured = [r.picture for r in swapped.rows if not r.passed]
+    assert pictured and all(r.picture for r in swapped.rows if not r.passed)
+    assert any("?" in p and "!" in p for p in pictured)
+    solved = exercise.check_transpose(notebooks.solution("ex02c_transpose", "transpose_kernel"))
+    assert solved.passed and not any(r.picture for r in solved.rows) and "output [" not in str(solved)
 
 
 @pytest.mark.gpu

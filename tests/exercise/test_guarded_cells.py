@@ -94,6 +94,14 @@ def row_max_kernel(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
         acc = tl.maximum(acc, tl.load(x_ptr + row * stride_xm + start + cols).to(tl.float32))
     tl.store(out_ptr + row, tl.max(acc, axis=0))
 ''',
+    "ex02c_transpose": '''\
+@triton.jit
+def transpose_kernel(x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    tile = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn)
+    tl.store(out_ptr + cols[None, :] * stride_om + rows[:, None] * stride_on, tile)
+''',
     "ex03a_layer_norm_forward": '''\
 @triton.jit
 def layer_norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):

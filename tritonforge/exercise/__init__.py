@@ -15,7 +15,8 @@ module     what it holds
 ``core``   the mechanism: :class:`Case`, :func:`check`, :class:`Report`, and the
            guarded (NaN-margined, NaN-poisoned) tensors every kernel exercise uses
 ``ch01``   1a: arithmetic intensity of RMSNorm and of a matmul
-``ch02``   2a: bias + ReLU over a strided 2-D view; 2b: the maximum of each row
+``ch02``   2a: bias + ReLU over a strided 2-D view; 2b: the maximum of each row;
+           2c: a transpose into a new tensor, tile by tile
 ``ch03``   3a: LayerNorm forward; 3b: fused residual add + RMSNorm
 ``ch04``   4a: RMSNorm's weight gradient through per-program partial sums
 ``grade``  the grading command: reads each notebook's stub cell, runs its check
@@ -40,16 +41,23 @@ from tritonforge.exercise.ch02 import (
     BIAS_RELU_BLOCK_N,
     ROW_MAX_BLOCK_N,
     ROW_MAX_SENTINEL,
+    TRANSPOSE_BLOCK_M,
+    TRANSPOSE_BLOCK_N,
     bias_relu_2d_cases,
     bias_relu_2d_ref,
     check_bias_relu_2d,
     check_row_max,
+    check_transpose,
     launch_bias_relu_2d,
     launch_row_max,
+    launch_transpose,
     row_max_cases,
     row_max_ref,
+    transpose_cases,
+    transpose_ref,
     try_bias_relu_2d,
     try_row_max,
+    try_transpose,
 )
 from tritonforge.exercise.ch03 import (
     FUSED_ADD_MAX_MISMATCH,
@@ -84,6 +92,7 @@ from tritonforge.exercise.core import (
     check,
     compare_tensors,
     describe_exception,
+    element_map,
     guarded,
     half_dtype,
     kernel_device,
@@ -95,6 +104,7 @@ EXERCISES = {
     "arithmetic_intensity": check_arithmetic_intensity,
     "bias_relu_2d": check_bias_relu_2d,
     "row_max": check_row_max,
+    "transpose": check_transpose,
     "layer_norm_fwd": check_layer_norm_fwd,
     "fused_add_rms_norm": check_fused_add_rms_norm,
     "rms_norm_dweight": check_rms_norm_dweight,
@@ -112,6 +122,7 @@ __all__ = [
     "check",
     "compare_tensors",
     "describe_exception",
+    "element_map",
     "guarded",
     "case_unsupported",
     "half_dtype",
@@ -138,6 +149,13 @@ __all__ = [
     "row_max_ref",
     "try_bias_relu_2d",
     "try_row_max",
+    "TRANSPOSE_BLOCK_M",
+    "TRANSPOSE_BLOCK_N",
+    "check_transpose",
+    "launch_transpose",
+    "transpose_cases",
+    "transpose_ref",
+    "try_transpose",
     # chapter 3
     "FUSED_ADD_MAX_MISMATCH",
     "FUSED_ADD_RMS_NORM_EPS",

@@ -1,5 +1,5 @@
-"""Exercises 2a and 2b (chapter 2): bias + ReLU over a strided 2-D view, and the maximum of each
-row, looping over a long row in blocks.
+"""Exercises 2a, 2b and 2c (chapter 2): bias + ReLU over a strided 2-D view, the maximum of each
+row, looping over a long row in blocks, and a transpose into a new tensor, tile by tile.
 
 Each exercise has a float64 reference (``*_ref``), the launcher the notebook gives the learner
 (``launch_*``: grid, block sizes, strides), its cases (``*_cases``), its check (``check_*``), and
@@ -22,6 +22,7 @@ from tritonforge.exercise.core import (
     changed,
     check,
     compare_tensors,
+    element_map,
     format_values,
     guarded,
     kernel_device,
@@ -238,3 +239,122 @@ def try_row_max(kernel, x: torch.Tensor) -> Trial:
     inputs = _row_max_guard(x.detach().cpu(), x.stride())
     case = _row_max_case_of("try", lambda gen: inputs)
     return run_trial(kernel, case, inputs, title=f"row_max_kernel on x {list(x.shape)}", show=_show_out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 2c (chapter 2): out = x.T, tile by tile, from any strides into a new tensor
+# ----------------------------------------------------------------------------------------------
+
+TRANSPOSE_BLOCK_M = 16
+TRANSPOSE_BLOCK_N = 8
+"""Tiles of ``x`` are 16 rows × 8 columns: not square, so a kernel that mixes up which block size
+(or which program id) goes with which dimension leaves elements unwritten or writes past them."""
+
+
+def transpose_ref(x: torch.Tensor) -> torch.Tensor:
+    """``x.T`` as a new ``[N, M]`` tensor, in float64 (a transpose is exact)."""
+    return x.double().t().contiguous()
+
+
+def launch_transpose(kernel, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The given launcher of exercise 2c: a 2-D grid over ``x``'s tiles,
+    ``(cdiv(M, 16), cdiv(N, 8))``; x's and out's strides are passed in elements. Returns ``out``
+    (a new contiguous ``[N, M]`` tensor unless one is given)."""
+    require_kernel(kernel)
+    M, N = x.shape
+    if out is None:
+        out = torch.empty((N, M), dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(M, TRANSPOSE_BLOCK_M), triton.cdiv(N, TRANSPOSE_BLOCK_N))
+    kernel[grid](
+        x, out, M, N,
+        x.stride(0), x.stride(1),
+        out.stride(0), out.stride(1),
+        BLOCK_M=TRANSPOSE_BLOCK_M, BLOCK_N=TRANSPOSE_BLOCK_N,
+    )  # fmt: skip
+    return out
+
+
+TRANSPOSE_IN_MARGIN = (TRANSPOSE_BLOCK_M + 1, TRANSPOSE_BLOCK_N + 1)
+TRANSPOSE_OUT_MARGIN = (TRANSPOSE_BLOCK_N + 1, TRANSPOSE_BLOCK_M + 1)  # out is [N, M]: its tiles are 8 × 16
+
+
+def _room(shape, strides, offset: int = 0) -> int:
+    """Elements a buffer needs so that any index below ``max(M, N)`` plus a tile, times any of the
+    two strides, stays inside it: a kernel that swaps the strides (or copies instead of
+    transposing) writes to wrong places in the padding instead of outside the allocation."""
+    reach = max(shape) + TRANSPOSE_BLOCK_M + 1
+    return offset + 2 * reach * (max(abs(s) for s in strides) + 1)
+
+
+def _transpose_guard(x: torch.Tensor, strides, offset: int = 0):
+    return guarded(x, strides, offset=offset, margin=TRANSPOSE_IN_MARGIN, device=kernel_device(), min_size=_room(x.shape, strides, offset))
+
+
+def _transpose_run(fn, x) -> dict:
+    M, N = x.view.shape
+    row_stride = M + TRANSPOSE_OUT_MARGIN[1]  # wider than out's rows: a kernel must use the strides it is given
+    nan = torch.full((N, M), float("nan"), dtype=x.view.dtype)
+    out = guarded(nan, (row_stride, 1), margin=TRANSPOSE_OUT_MARGIN, device=x.view.device.type, min_size=_room((N, M), (row_stride, 1)))
+    before = snapshot(x)
+    launch_transpose(fn, x.view, out.view)
+    synchronize(out.view)
+    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x,), before), "guard": out}
+
+
+def _transpose_picture(got: dict, expected: torch.Tensor) -> str:
+    return element_map(got["guard"], expected, rtol=0.0, margin=TRANSPOSE_OUT_MARGIN)
+
+
+def _compare_transpose(got: dict, expected: torch.Tensor, x) -> Verdict:
+    verdict = compare_tensors(got, expected, rtol=0.0)  # a transpose moves values: exact
+    if verdict.passed:
+        return verdict
+    return Verdict(False, verdict.error, verdict.detail, picture=_transpose_picture(got, expected))
+
+
+def _transpose_case_of(name: str, inputs) -> Case:
+    return Case(name=name, inputs=inputs, run=_transpose_run, expected=lambda x: transpose_ref(x.view), compare=_compare_transpose)
+
+
+def _transpose_case(name: str, spec: ViewSpec) -> Case:
+    def inputs(gen):
+        # distinct values (a permutation of 1..M·N, scaled): a transposed-wrong element never matches by chance
+        M, N = spec.shape
+        values = (torch.randperm(M * N, generator=gen).reshape(M, N).double() + 1) / 64
+        return _transpose_guard(values.to(spec.dtype), spec.strides, spec.offset)
+
+    return _transpose_case_of(name, inputs)
+
+
+def transpose_cases() -> list[Case]:
+    """Shapes that are not multiples of a tile in most cases, square and not, views with every
+    kind of stride, a single row and a single column (whose transposes swap them)."""
+    return [
+        _transpose_case("contiguous 37×53", ViewSpec((37, 53), (53, 1))),
+        _transpose_case("square 32×32 (whole tiles)", ViewSpec((32, 32), (32, 1))),
+        _transpose_case("transposed view 45×30 (x = base.t())", ViewSpec((45, 30), (1, 45))),
+        _transpose_case("every 2nd column 20×41 (base[:, ::2])", ViewSpec((20, 41), (90, 2), offset=1)),
+        _transpose_case("interior slice 17×40 (base[2:19, 3:43])", ViewSpec((17, 40), (50, 1), offset=2 * 50 + 3)),
+        _transpose_case("single row 1×100", ViewSpec((1, 100), (100, 1))),
+        _transpose_case("single column 70×1", ViewSpec((70, 1), (1, 70))),
+        _transpose_case("float16 transposed view 23×19", ViewSpec((23, 19), (1, 23), dtype=torch.float16)),
+    ]
+
+
+def check_transpose(kernel, *, seed: Optional[int] = None) -> Report:
+    """Exercise 2c: the learner's ``transpose_kernel`` writes ``x.T`` into a new tensor, from views
+    with awkward shapes and strides; a failed case comes with a picture of the output."""
+    return check(kernel, transpose_cases(), title="transpose_kernel", seed=seed)
+
+
+def try_transpose(kernel, x: torch.Tensor) -> Trial:
+    """Exercise 2c's "try it": the kernel on a copy of ``x`` (same strides) inside a NaN-padded
+    buffer, ``out`` (``[N, M]``) poisoned with NaN; shows yours, the answer, a picture of which
+    elements are right, wrong or never written, and the verdict."""
+    inputs = _transpose_guard(x.detach().cpu(), x.stride())
+    case = _transpose_case_of("try", lambda gen: inputs)
+
+    def show(got, expected):
+        return [*_show_out(got, expected), ("picture:", _transpose_picture(got, expected))]
+
+    return run_trial(kernel, case, inputs, title=f"transpose_kernel on x {list(x.shape)}, strides {x.stride()}", show=show)

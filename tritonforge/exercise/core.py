@@ -51,6 +51,7 @@ class Verdict:
     passed: bool
     error: Optional[float] = None
     detail: str = ""
+    picture: str = ""  # a few lines of text (e.g. :func:`element_map`), shown under the report when the case fails
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Row:
     error: Optional[float]
     detail: str
     skipped: bool = False  # not run on this device (bf16 below sm_80): neither a pass nor a failure
+    picture: str = ""  # the verdict's picture, shown under the table for a failed case
 
 
 def describe_exception(exc: BaseException, limit: int = 240) -> str:
@@ -138,7 +140,13 @@ class Report:
         lines = [self.summary(), ""]
         for row in [header, *body]:
             lines.append("  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
+        for r in self._pictured():
+            lines += ["", f"{r.case}:", r.picture]
         return "\n".join(lines)
+
+    def _pictured(self) -> list[Row]:
+        """The failed rows that carry a picture (at most two: the first failures tell enough)."""
+        return [r for r in self.rows if r.picture and not r.passed and not r.skipped][:2]
 
     def __repr__(self) -> str:
         return str(self)
@@ -162,9 +170,10 @@ class Report:
                 "</tr>"
             )
         head = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("case", "verdict", "max error", "detail"))
+        pictures = "".join(f"<p><b>{html.escape(r.case)}</b></p><pre>{html.escape(r.picture)}</pre>" for r in self._pictured())
         return (
             f"<p style='color:{colour}'><b>{html.escape(self.summary())}</b></p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(cells)}</tbody></table>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(cells)}</tbody></table>{pictures}"
         )
 
     def assert_passed(self) -> None:
@@ -204,7 +213,7 @@ def check(fn: Callable, cases: Sequence[Case], *, title: str, seed: Optional[int
             verdict = case.compare(got, expected, inputs)
         except Exception as exc:  # noqa: BLE001 - e.g. the function returned something odd
             verdict = Verdict(False, None, "could not compare the result: " + describe_exception(exc))
-        rows.append(Row(case.name, verdict.passed, verdict.error, verdict.detail))
+        rows.append(Row(case.name, verdict.passed, verdict.error, verdict.detail, picture=verdict.picture))
     return Report(title=title, rows=rows, seed=seed)
 
 
@@ -313,15 +322,16 @@ def guarded(
     margin: Sequence[int] = (),
     device: str = "cpu",
     fill: float = float("nan"),
+    min_size: int = 0,
 ) -> Guarded:
     """Place ``values`` in a view with the given strides and storage offset, inside a buffer
     large enough for indices up to ``shape[d] + margin[d]`` in every dimension (plus slack),
     filled with ``fill`` (NaN unless a case needs a value that a wrong read cannot hide, such as
-    a large sentinel next to the rows of a maximum)."""
+    a large sentinel next to the rows of a maximum), of at least ``min_size`` elements."""
     shape = values.shape
     margin = list(margin) + [0] * (len(shape) - len(margin))
     reach = offset + sum((s + m) * abs(st) for s, m, st in zip(shape, margin, strides))
-    size = reach + 2 * max(shape.numel(), 64)  # slack for kernels that index with the wrong strides
+    size = max(reach + 2 * max(shape.numel(), 64), min_size)  # slack for kernels that index with the wrong strides
     buffer = torch.full((size,), fill, dtype=values.dtype, device=device)
     view = buffer.as_strided(tuple(shape), tuple(strides), offset)
     view.copy_(values.to(device))
@@ -373,6 +383,47 @@ def compare_tensors(got: dict, expected: torch.Tensor, *, rtol: float) -> Verdic
     if problems:
         return Verdict(False, error, "; ".join(problems))
     return Verdict(True, error, "")
+
+
+PICTURE_LEGEND = "· right   x wrong value   ? never written (NaN)   ! written past the output's edge (the frame)"
+
+
+def element_map(out: Guarded, expected: torch.Tensor, *, rtol: float, margin: Sequence[int] = (0, 0), limit: tuple[int, int] = (24, 60)) -> str:
+    """A text picture of a 2-D output after a kernel ran: one character per element, ``·`` right,
+    ``x`` wrong, ``?`` never written, and, in a frame of up to three of the ``margin`` rows below
+    and columns to the right (the padding a tile past the edge lands in), ``!`` where the kernel
+    wrote. At most ``limit`` rows and columns of the output are drawn (the frame only on a side
+    drawn whole)."""
+    view = out.view
+    R, C = view.shape
+    stride_r, stride_c = view.stride()
+    rows_in, cols_in = min(R, limit[0]), min(C, limit[1])
+    rows = rows_in + (min(margin[0], 3) if rows_in == R else 0)
+    cols = cols_in + (min(margin[1], 3) if cols_in == C else 0)
+    i = torch.arange(rows, device=view.device)[:, None]
+    j = torch.arange(cols, device=view.device)[None, :]
+    address = (view.storage_offset() + i * stride_r + j * stride_c).clamp(0, out.buffer.numel() - 1)
+    cells = out.buffer[address].detach().double().cpu()
+    exp = torch.full((rows, cols), float("nan"), dtype=torch.float64)
+    exp[:rows_in, :cols_in] = expected.detach().double().cpu()[:rows_in, :cols_in]
+    scale = max(1.0, float(expected.double().abs().max())) if expected.numel() else 1.0
+    wrong = (cells - exp).abs() > rtol * scale
+    lines = []
+    for r in range(rows):
+        row = []
+        for c in range(cols):
+            if r < R and c < C:
+                row.append("?" if math.isnan(cells[r, c]) else ("x" if bool(wrong[r, c]) else "·"))
+            else:
+                row.append(" " if math.isnan(cells[r, c]) else "!")
+            if c == C - 1 and cols > C and r < R:
+                row.append("|")
+        lines.append("".join(row).rstrip())
+        if r == R - 1 and rows > R:
+            lines.append("-" * C + ("+" if cols > C else ""))
+    cut = [f"the first {shown} of {total} {what}" for what, shown, total in (("rows", rows_in, R), ("columns", cols_in, C)) if shown < total]
+    head = f"output [{R}, {C}]" + (f" ({' and '.join(cut)} drawn)" if cut else "") + ":"
+    return "\n".join([head, *lines, PICTURE_LEGEND])
 
 
 def _is_kernel(fn: object) -> bool:

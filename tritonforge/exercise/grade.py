@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Optional
 
 from tritonforge.exercise.ch01 import check_arithmetic_intensity
-from tritonforge.exercise.ch02 import check_bias_relu_2d, check_row_max
+from tritonforge.exercise.ch02 import check_bias_relu_2d, check_row_max, check_transpose
 from tritonforge.exercise.ch03 import check_fused_add_rms_norm, check_layer_norm_fwd
 from tritonforge.exercise.ch04 import check_rms_norm_dweight
 from tritonforge.exercise.core import Report, describe_exception
@@ -66,6 +66,7 @@ NOTEBOOKS = {
         Exercise("ex01a_arithmetic_intensity", "arithmetic_intensity", check_arithmetic_intensity),
         Exercise("ex02a_bias_relu_2d", "bias_relu_2d_kernel", check_bias_relu_2d),
         Exercise("ex02b_row_max", "row_max_kernel", check_row_max),
+        Exercise("ex02c_transpose", "transpose_kernel", check_transpose),
         Exercise("ex03a_layer_norm_forward", "layer_norm_fwd_kernel", check_layer_norm_fwd),
         Exercise("ex03b_fused_add_rms_norm", "fused_add_rms_norm_kernel", check_fused_add_rms_norm),
         Exercise("ex04a_rms_norm_dweight", "rms_norm_dweight_kernel", check_rms_norm_dweight),

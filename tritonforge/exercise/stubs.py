@@ -31,6 +31,18 @@ def row_max_kernel(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
     # your code here
     pass
 """,
+    "ex02c_transpose": """\
+@triton.jit
+def transpose_kernel(
+    x_ptr, out_ptr,
+    M, N,
+    stride_xm, stride_xn,
+    stride_om, stride_on,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # your code here
+    pass
+""",
     "ex03a_layer_norm_forward": """\
 @triton.jit
 def layer_norm_fwd_kernel(
