@@ -42,3 +42,24 @@ def test_a_missing_pass_count_reads_as_what_it_is_never_none():
     row = {"impl": "tritonforge", "dtype": "bfloat16", "shape": [4096, 4096], "status": "ok", "kernels": ["k"], "note": None, **triton_kernel}
     table = bench.format_suite("profile-eager-rmsnorm", [row])
     assert "None" not in table and "| 1 | n/a (" in table
+
+
+def test_results_in_a_notebook_are_html_tables_one_per_dtype():
+    results = synthetic_results()
+    for row in results.where(impl="tritonforge", status="ok"):
+        row["device_us"] = 12.25
+    page = results._repr_html_()
+    assert page.startswith("<p>recorded on NVIDIA H200, 2026-11-29")
+    assert page.count("<table") == 4  # ceilings; rmsnorm bfloat16, float32, and the device times
+    assert "µs per call (fraction of the measured copy bandwidth)" in page and "device µs (CUDA-graph replay" in page
+    assert "torch.<wbr>compile" in page  # a header may break after the dot
+    assert "WRONG" in page and "cost: bytes = (2·M·N + N)·elem" in page
+
+
+def test_a_table_is_html_in_a_notebook_and_aligned_text_when_printed():
+    table = bench.Table(["dtype", "ours µs"], [["bfloat16", 12.25], ["float32", None]], title="t", notes=["n <b>"])
+    assert str(table).splitlines() == ["t", "dtype     ours µs", "bfloat16    12.25", "float32", "n <b>"]
+    page = table._repr_html_()
+    assert page.startswith("<p>t</p>") and "<p>n &lt;b&gt;</p>" in page
+    assert 'text-align:right; white-space:nowrap; padding:0.15em 0.4em">12.25</td>' in page
+    assert "<td" in page and page.count("<tr>") == 3

@@ -72,7 +72,7 @@ from tritonforge.bench.peers import (
     load_liger_rms_norm,
     rmsnorm_implementations,
 )
-from tritonforge.bench.report import format_results, format_suite, full_tensor_passes, kernel_summary, shape_label
+from tritonforge.bench.report import Table, format_results, format_suite, full_tensor_passes, kernel_summary, shape_label
 from tritonforge.bench.results import (
     DEFAULT_RESULTS_DIR,
     GIT_COMMIT_ENV,

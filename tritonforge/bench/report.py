@@ -1,7 +1,16 @@
-"""Tables: what ``python -m tritonforge.bench`` prints and ``Results.table()`` returns (markdown)."""
+"""Tables: what ``python -m tritonforge.bench`` prints and ``Results.table()`` returns (markdown),
+and :class:`Table`, the HTML table a notebook shows instead of a wide block of text.
+
+A printed table is monospace text that cannot wrap: in the book's content column (about 85
+characters) a wider one hides its right-hand columns behind a scroll bar. A :class:`Table` (and a
+:class:`~tritonforge.bench.results.Results` shown as a cell's value) is an HTML table whose
+headers wrap, so it fits the column; printed, it is still plain text.
+"""
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Sequence
 
 
@@ -91,3 +100,113 @@ def format_results(results) -> str:
         header.append(f"ceilings: copy {ceilings.copy_gbps:.0f} GB/s; matmul TFLOP/s: {matmul}")
     suites = list(dict.fromkeys(r["suite"] for r in results.rows))
     return "\n\n".join(["\n".join(header)] + [format_suite(s, [r for r in results.rows if r["suite"] == s]) for s in suites])
+
+
+class Table:
+    """A small table shown as HTML in a notebook (headers wrap to fit the page) and as aligned text
+    by ``print``.
+
+    Args:
+        header: the column names.
+        rows: one sequence of cells per row (any values; ``str()`` is shown).
+        title: a line above the table (optional).
+        notes: lines below it (optional).
+        left: how many leading columns are text, aligned left (default 1); the rest align right.
+    """
+
+    def __init__(self, header: Sequence[str], rows: Sequence[Sequence], *, title: str = "",
+                 notes: Sequence[str] = (), left: int = 1):  # fmt: skip
+        self.header = [str(h) for h in header]
+        self.rows = [["" if c is None else str(c) for c in row] for row in rows]
+        self.title, self.notes, self.left = title, list(notes), left
+
+    def __str__(self) -> str:
+        widths = [max([len(h)] + [len(r[k]) for r in self.rows if k < len(r)]) for k, h in enumerate(self.header)]
+
+        def line(cells):
+            return "  ".join(c.ljust(w) if k < self.left else c.rjust(w) for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+        return "\n".join(([self.title] if self.title else []) + [line(self.header)] + [line(r) for r in self.rows] + self.notes)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        return html_table(self.header, self.rows, title=self.title, notes=self.notes, left=self.left)
+
+
+def html_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, title: str = "",
+               notes: Sequence[str] = (), left: int = 1) -> str:  # fmt: skip
+    """An HTML table; a cell's ``\\n`` becomes a line break. Headers may also break after ``.``,
+    ``_`` and ``-`` (``torch.compile``), a word of more than 24 characters anywhere;
+    short cells (numbers) never break; a
+    long cell aligns left."""
+
+    def cell(tag: str, text: str, k: int) -> str:
+        lines = [html.escape(part) for part in str(text).split("\n")]
+        if tag == "th":
+            lines = [re.sub(r"([._-])", r"\1<wbr>", line) for line in lines]
+            style = "white-space:normal"
+        else:
+            long_word = any(len(word) > 24 for word in str(text).split())
+            style = "overflow-wrap:anywhere" if long_word else "white-space:nowrap" if len(str(text)) <= 16 else "white-space:normal"
+        align = "right" if k >= left and len(str(text)) <= 16 else "left"
+        return f'<{tag} style="text-align:{align}; {style}; padding:0.15em 0.4em">{"<br>".join(lines)}</{tag}>'
+
+    parts = [f"<p>{html.escape(title)}</p>"] if title else []
+    parts.append('<table class="tritonforge-table" style="font-size:0.85em; max-width:100%">')
+    parts.append("<thead><tr>" + "".join(cell("th", h, k) for k, h in enumerate(header)) + "</tr></thead><tbody>")
+    parts += ["<tr>" + "".join(cell("td", c, k) for k, c in enumerate(row)) + "</tr>" for row in rows]
+    parts.append("</tbody></table>")
+    parts += [f"<p>{html.escape(n)}</p>" for n in notes]
+    return "\n".join(parts)
+
+
+def _suite_tables(suite: str, rows: list[dict]) -> list[Table]:
+    """One suite as :class:`Table` objects (the HTML form of :func:`format_suite`)."""
+    if suite == "ceilings":
+        body = [[r["op"], r["dtype"], shape_label(r["shape"]), "-" if r["us"] is None else f"{r['us']:.1f}",
+                 f"{r['gbps']:.0f} GB/s" if r["gbps"] else (f"{r['tflops']:.1f} TFLOP/s" if r["tflops"] else r["status"])]
+                for r in rows]  # fmt: skip
+        return [Table(["op", "dtype", "shape", "µs", "rate"], body, title=suite, left=3)]
+    if suite == "profile-eager-rmsnorm":
+        body = [[r["impl"], r["dtype"], shape_label(r["shape"]), r.get("kernel_count", "not recorded"), full_tensor_passes(r),
+                 "\n".join(k[:60] for k in r.get("kernels") or []) or (r["note"] or "")] for r in rows]  # fmt: skip
+        return [Table(["impl", "dtype", "shape", "CUDA kernels", "full-tensor passes", "kernel names"], body, title=suite, left=3)]
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    keys = list(dict.fromkeys((r["dtype"], tuple(r["shape"])) for r in rows))
+    by_key = {(r["dtype"], tuple(r["shape"]), r["impl"]): r for r in rows}
+    tables = []
+    for dtype in dict.fromkeys(d for d, _ in keys):
+        body = [[shape_label(shape)] + [cell(by_key[(d, shape, i)]).replace(" (", "\n(") if (d, shape, i) in by_key else ""
+                                        for i in impls] for d, shape in keys if d == dtype]  # fmt: skip
+        tables.append(Table(["shape"] + impls, body, title=f"{suite}, {dtype}: µs per call (fraction of the measured copy bandwidth)"))
+    notes = [f"cost: {f}" for f in dict.fromkeys(r["formula"] for r in rows if r["formula"])]
+    timed_on_device = [i for i in impls if any(r["impl"] == i and r.get("device_us") is not None for r in rows)]
+    if timed_on_device:
+        body = [[dtype, shape_label(shape)] + ["" if by_key.get((dtype, shape, i), {}).get("device_us") is None
+                                               else f"{by_key[(dtype, shape, i)]['device_us']:.1f}" for i in timed_on_device]
+                for dtype, shape in keys]  # fmt: skip
+        tables.append(Table(["dtype", "shape"] + timed_on_device, body, left=2,
+                            title="device µs (CUDA-graph replay: no host time, no L2 flush between calls)"))  # fmt: skip
+    notes += [f"not counted: {r['impl']} {r['dtype']} {shape_label(r['shape'])}: {r['status']}: {r['note']}"
+              for r in rows if r["status"] != "ok" and r["note"]]  # fmt: skip
+    tables[-1].notes = list(dict.fromkeys(notes))
+    return tables
+
+
+def format_results_html(results) -> str:
+    """:func:`format_results` as HTML tables that wrap to fit a page (what a notebook shows for a
+    :class:`~tritonforge.bench.results.Results` that is a cell's value)."""
+    header = [results.provenance()]
+    ceilings = results.ceilings
+    if ceilings:
+        matmul = ", ".join(f"{d} {t:.0f}" for d, t in ceilings.matmul_tflops.items())
+        header.append(f"ceilings: copy {ceilings.copy_gbps:.0f} GB/s; matmul TFLOP/s: {matmul}")
+    parts = ["<p>" + "<br>".join(html.escape(h) for h in header) + "</p>"]
+    for suite in dict.fromkeys(r["suite"] for r in results.rows):
+        parts += [t._repr_html_() for t in _suite_tables(suite, [r for r in results.rows if r["suite"] == suite])]
+    return "\n".join(parts)

@@ -109,6 +109,9 @@ class Results:
     def __str__(self) -> str:
         return self.table()
 
+    def _repr_html_(self) -> str:  # a notebook cell's value: HTML tables that fit the page
+        return report.format_results_html(self)
+
     def __repr__(self) -> str:  # short on purpose: print(results) shows the tables
         return f"<Results: {len(self.rows)} rows, {self.provenance()}>"
 

@@ -46,6 +46,13 @@ IMPL_COLORS = {  # the same implementation keeps its colour in every chapter
 BASELINE_STYLE = {SAME_SIZE_COPY: {"color": "white", "edgecolor": "black", "hatch": "///", "linewidth": 0.6}}
 """Bars that are a measured ceiling rather than an implementation: outlined and hatched, not filled."""
 
+FIGURE_WIDTH_IN = 7.0
+"""A figure's width: the book's content column is 688 px, and a notebook draws at 100 dpi, so a
+7 in figure is shown at about its own size and its fonts at their point size."""
+
+MIN_FONT_PT = 10
+"""The smallest text in a figure (legend, labels), in points at the width above."""
+
 POINT_MARKERS = "osD^vP*X"
 """Roofline point markers, one per legend group in order (points that coincide stay tellable)."""
 
@@ -111,7 +118,11 @@ def plot_bench(
         raise ValueError(f"no 'ok' rows with a {metric!r} value match op={op!r} suite={suite!r} dtype={dtype!r}")
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
     shown_impls = list(impls) if impls else list(dict.fromkeys(r["impl"] for r in rows))
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes), 4.2), squeeze=False, sharey=True)
+    # One panel per dtype, stacked: the figure is as wide as the book's content column (7 in at
+    # 100 dpi, about the column's 688 px), so its 10 pt text stays 10 pt on the page.
+    fig, axes = plt.subplots(len(dtypes), 1, figsize=(FIGURE_WIDTH_IN, 3.6 * len(dtypes) + 1.2), squeeze=False,
+                             sharey=True, layout="constrained")  # fmt: skip
+    axes = axes.T
     for ax, panel_dtype in zip(axes[0], dtypes):
         draw_grouped_bars(ax, [r for r in rows if r["dtype"] == panel_dtype], x, metric, shown_impls)
         ax.set_title(panel_dtype)
@@ -120,11 +131,13 @@ def plot_bench(
             ax.set_yscale("log")
         if metric == "fraction_of_ceiling":
             ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    axes[0][0].set_ylabel(METRIC_LABELS.get(metric, metric))
-    axes[0][-1].legend(title="implementation", fontsize="small")
+    for ax in axes[0]:
+        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+    # Below the last panel, two columns: inside a panel it would cover bars.
+    axes[0][-1].legend(title="implementation", fontsize=MIN_FONT_PT, title_fontsize=MIN_FONT_PT, ncol=2,
+                       loc="upper center", bbox_to_anchor=(0.5, -0.42))  # fmt: skip
     suites = ", ".join(dict.fromkeys(r["suite"] for r in rows))
-    fig.suptitle(f"{title or suites + ': ' + METRIC_LABELS.get(metric, metric)}\n{results.provenance()}", fontsize="medium")
-    fig.tight_layout()
+    fig.suptitle(f"{title or suites + ': ' + METRIC_LABELS.get(metric, metric)}\n{results.provenance()}", fontsize=MIN_FONT_PT)
     return fig
 
 
@@ -218,12 +231,12 @@ def roofline(
                    label=group if first else None)  # fmt: skip
         if annotate and p.get("label"):
             position = (p["intensity"], p["tflops"])
-            ax.annotate(p["label"], position, textcoords="offset points", xytext=(4, -10), fontsize="x-small")
+            ax.annotate(p["label"], position, textcoords="offset points", xytext=(4, -10), fontsize=MIN_FONT_PT)
     ax.set_xscale("log")
     ax.set_yscale("log")
     lowest = min([p["tflops"] for p in points] + [bandwidth_tb * grid[0]])
     ax.set_ylim(bottom=lowest / 3, top=max(list(peaks.values()) + [p["tflops"] for p in points] + [1.0]) * 3)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("TFLOP/s")
-    ax.legend(fontsize="small", loc="lower right")
+    ax.legend(fontsize=MIN_FONT_PT, loc="lower right")
     return ax
