@@ -1,6 +1,8 @@
-"""Exercises 3a and 3b's checks (tritonforge.exercise.ch03) catch wrong kernels: LayerNorm's
-variance computed the unstable way or over the masked lanes, and a fused add + RMSNorm that rounds
-in the wrong order or truncates; each fails the check, the reference solutions pass."""
+"""Exercises 3a, 3b and 3c's checks (tritonforge.exercise.ch03) catch wrong kernels: LayerNorm's
+variance computed the unstable way or over the masked lanes; a fused add + RMSNorm that rounds
+in the wrong order or truncates; a blocked RMSNorm without a mask on its last block, dividing by
+BLOCK_N, summing or storing only the first block; each fails the check, the reference solutions
+pass."""
 
 from __future__ import annotations
 
@@ -322,6 +324,82 @@ def fused_add_eps_added_to_rstd(
 
 INTERPRETER_ONLY_MISTAKES = {fused_add_truncating_casts}  # right on a GPU, where .to() rounds to nearest
 
+# Exercise 3c: RMSNorm of rows longer than one block, two passes -------------------------------
+
+
+@triton.jit
+def _long_rows_body(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr, MISTAKE: tl.constexpr):
+    """The right two-pass kernel but for one mistake, chosen by MISTAKE (0: none)."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, BLOCK_N if MISTAKE == 3 else N, BLOCK_N):  # 3: only the first block
+        mask = (cols < N) if MISTAKE == 1 else (start + cols < N)  # 1: the mask of the first block, reused
+        x = tl.load(x_ptr + row * x_row_stride + start + cols, mask=mask, other=0.0).to(tl.float32)
+        acc += x * x
+    if MISTAKE == 2:
+        mean_square = tl.sum(acc, axis=0) / BLOCK_N
+    elif MISTAKE == 4:
+        mean_square = tl.sum(acc, axis=0) / (tl.cdiv(N, BLOCK_N) * BLOCK_N)  # every block counted full
+    else:
+        mean_square = tl.sum(acc, axis=0) / N
+    rstd = 1.0 / tl.sqrt(mean_square + eps)
+    for start in range(0, N, BLOCK_N):
+        mask = (cols < N) if MISTAKE == 1 else (start + cols < N)
+        x = tl.load(x_ptr + row * x_row_stride + start + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + row * y_row_stride + start + cols, x * rstd * w, mask=mask)
+
+
+@triton.jit
+def long_rows_first_block_mask(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    _long_rows_body(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N, 1)  # cols < N: no mask on the last block
+
+
+@triton.jit
+def long_rows_divides_by_block_n(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    _long_rows_body(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N, 2)
+
+
+@triton.jit
+def long_rows_first_block_only(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    _long_rows_body(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N, 3)
+
+
+@triton.jit
+def long_rows_divides_by_padded_n(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    _long_rows_body(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N, 4)
+
+
+@triton.jit
+def long_rows_one_pass(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    """Normalizes each block by its own mean square: one pass, a different rstd per block."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    for start in range(0, N, BLOCK_N):
+        mask = start + cols < N
+        x = tl.load(x_ptr + row * x_row_stride + start + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+        tl.store(y_ptr + row * y_row_stride + start + cols, x * rstd * w, mask=mask)
+
+
+@triton.jit
+def long_rows_stores_first_block_only(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        mask = start + cols < N
+        x = tl.load(x_ptr + row * x_row_stride + start + cols, mask=mask, other=0.0).to(tl.float32)
+        acc += x * x
+    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + cols, x * rstd * w, mask=mask)  # the rest of the row is never written
+
+
 TABLE = {
     # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
     "ex03a_layer_norm_forward": (
@@ -352,6 +430,18 @@ TABLE = {
             fused_add_forgets_eps,
             fused_add_eps_outside_sqrt,
             fused_add_eps_added_to_rstd,
+        ],
+    ),
+    "ex03c_rms_norm_long_rows": (
+        "rms_norm_long_rows_kernel",
+        exercise.check_rms_norm_long_rows,
+        [
+            long_rows_first_block_mask,
+            long_rows_divides_by_block_n,
+            long_rows_first_block_only,
+            long_rows_divides_by_padded_n,
+            long_rows_one_pass,
+            long_rows_stores_first_block_only,
         ],
     ),
 }
@@ -397,6 +487,25 @@ def test_chapter_3_failure_messages():
     if tritonforge.runtime.interpreting():  # only the interpreter truncates on .to(bfloat16)
         truncated = exercise.check_fused_add_rms_norm(fused_add_truncating_casts)
         assert any("cast_for_store" in r.detail for r in truncated.rows if not r.passed)
+
+
+@pytest.mark.parametrize(
+    "wrong, spared",
+    [
+        # cols < N is the right mask when the row is one block; past that the last block runs off
+        # the row (NaN read from the margin, or a write outside y) on every ragged row
+        (long_rows_first_block_mask, ("N < BLOCK_N", "N = 64", "N = 1")),
+        (long_rows_divides_by_block_n, ()),  # no case has N = 32
+        (long_rows_first_block_only, ("N < BLOCK_N", "N = 1")),  # fails every row of more than one block
+        (long_rows_divides_by_padded_n, ("N = 64",)),  # fails every ragged row
+    ],
+)
+def test_ex03c_mistakes_fail_the_cases_built_for_them(wrong, spared):
+    """Each typical mistake of exercise 3c fails every case that can show it, on every seed."""
+    for seed in notebooks.PLANTED_SEEDS:
+        report = exercise.check_rms_norm_long_rows(wrong, seed=seed)
+        failed = {r.case for r in report.rows if not r.passed}
+        assert failed == {r.case for r in report.rows if not r.case.startswith(spared)}, str(report)
 
 
 @pytest.mark.gpu

@@ -1,6 +1,8 @@
 """Exercise 4a's check (tritonforge.exercise.ch04) catches wrong partial sums: a forgotten rstd,
 row groups that overlap, interleave or run past M, programs without rows that store nothing, a
-buffer assumed zeroed; each fails the check, the reference solution passes."""
+buffer assumed zeroed; exercise 4b's catches a wrong dx: the correction term forgotten, rstd
+squared or missing, w left out of the mean, x for x̂, ÷ BLOCK_N, one row stride for all, no
+masks. Each fails its check, the reference solutions pass."""
 
 from __future__ import annotations
 
@@ -130,6 +132,89 @@ def dweight_accumulates_into_buffer(
         tl.store(out, tl.load(out, mask=mask) + dy * x * tl.load(rstd_ptr + row), mask=mask)  # assumes a zeroed buffer
 
 
+# Exercise 4b: RMSNorm dx, one row per program -------------------------------------------------
+
+
+@triton.jit
+def dx_forgets_correction(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(dx_ptr + row * dx_row_stride + cols, tl.load(rstd_ptr + row) * dy * w, mask=mask)  # r·dy·w: only the direct path
+
+
+@triton.jit
+def _dx_body(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N: tl.constexpr, MISTAKE: tl.constexpr):
+    """The right kernel but for one mistake, chosen by MISTAKE (0: none)."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    dy = tl.load(dy_ptr + row * (x_row_stride if MISTAKE == 6 else dy_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.load(rstd_ptr + row)
+    x_hat = x if MISTAKE == 4 else x * rstd
+    dy_w = dy * w
+    if MISTAKE == 3:
+        mean = tl.sum(dy * x_hat, axis=0) / N
+    elif MISTAKE == 5:
+        mean = tl.sum(dy_w * x_hat, axis=0) / BLOCK_N
+    else:
+        mean = tl.sum(dy_w * x_hat, axis=0) / N
+    dx = dy_w - x_hat * mean
+    if MISTAKE == 1:
+        dx = rstd * rstd * dx
+    elif MISTAKE != 2:
+        dx = rstd * dx
+    tl.store(dx_ptr + row * dx_row_stride + cols, dx, mask=mask)
+
+
+@triton.jit
+def dx_squares_rstd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N: tl.constexpr):
+    _dx_body(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N, 1)  # rstd² · (…)
+
+
+@triton.jit
+def dx_forgets_outer_rstd(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N: tl.constexpr):
+    _dx_body(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N, 2)  # (…) without the leading rstd
+
+
+@triton.jit
+def dx_mean_without_weight(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N: tl.constexpr):
+    _dx_body(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N, 3)  # mean(dy·x̂)
+
+
+@triton.jit
+def dx_x_for_xhat(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N: tl.constexpr):
+    _dx_body(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N, 4)  # x where x̂ belongs
+
+
+@triton.jit
+def dx_divides_by_block_n(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N: tl.constexpr):
+    _dx_body(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N, 5)  # mean over BLOCK_N
+
+
+@triton.jit
+def dx_x_stride_for_dy(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N: tl.constexpr):
+    _dx_body(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N, 6)  # one row stride for all
+
+
+@triton.jit
+def dx_no_masks(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    dy = tl.load(dy_ptr + row * dy_row_stride + cols).to(tl.float32)
+    x = tl.load(x_ptr + row * x_row_stride + cols).to(tl.float32)
+    w = tl.load(w_ptr + cols).to(tl.float32)
+    rstd = tl.load(rstd_ptr + row)
+    x_hat = x * rstd
+    dy_w = dy * w
+    dx = rstd * (dy_w - x_hat * (tl.sum(dy_w * x_hat, axis=0) / N))
+    tl.store(dx_ptr + row * dx_row_stride + cols, dx)
+
+
 TABLE = {
     # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
     "ex04a_rms_norm_dweight": (
@@ -143,6 +228,20 @@ TABLE = {
             dweight_no_clamp_to_m,
             dweight_skips_empty_programs,
             dweight_accumulates_into_buffer,
+        ],
+    ),
+    "ex04b_rms_norm_dx": (
+        "rms_norm_dx_kernel",
+        exercise.check_rms_norm_dx,
+        [
+            dx_forgets_correction,
+            dx_squares_rstd,
+            dx_forgets_outer_rstd,
+            dx_mean_without_weight,
+            dx_x_for_xhat,
+            dx_divides_by_block_n,
+            dx_x_stride_for_dy,
+            dx_no_masks,
         ],
     ),
 }
@@ -176,10 +275,32 @@ def test_check_passes_on_the_reference_solution(stem, seed):
 
 
 def test_chapter_4_failure_messages():
-    """The verdict of exercise 4a names the programs without rows."""
+    """The verdict of exercise 4a names the programs without rows; 4b's gives the formula."""
     empty = exercise.check_rms_norm_dweight(dweight_skips_empty_programs)
     assert not empty.passed
     assert all("no rows: its partial row must be zeros" in r.detail for r in empty.rows if not r.passed)
+    no_rstd = exercise.check_rms_norm_dx(dx_forgets_outer_rstd)
+    assert all("wrong values" in r.detail and "rstd once outside" in r.detail for r in no_rstd.rows if not r.passed)
+
+
+@pytest.mark.parametrize(
+    "wrong, every_case",
+    [(dx_forgets_correction, True), (dx_squares_rstd, False), (dx_forgets_outer_rstd, False), (dx_divides_by_block_n, False)],
+)
+def test_ex04b_mistakes_fail_the_cases_built_for_them(wrong, every_case):
+    """Forgetting the correction term fails every case (dy is correlated with x̂, so the mean is
+    as large as dy·w); a squared or missing rstd fails every case whose rows have rstd far from 1
+    (rstd 16 to 64, or 1/16 to 1/64, or 1/8); ÷ BLOCK_N fails every case whose N is not
+    a power of two."""
+    for seed in notebooks.PLANTED_SEEDS:
+        report = exercise.check_rms_norm_dx(wrong, seed=seed)
+        failed = {r.case for r in report.rows if not r.passed}
+        if every_case:
+            assert len(failed) == len(report.rows), str(report)
+        elif wrong is dx_divides_by_block_n:
+            assert {r.case for r in report.rows if "N = 1" not in r.case} <= failed, str(report)
+        else:
+            assert {r.case for r in report.rows if r.case.startswith(("small rows", "large rows", "single row"))} <= failed, str(report)
 
 
 @pytest.mark.gpu

@@ -127,6 +127,20 @@ def fused_add_rms_norm_kernel(
     y = h * rstd * tl.load(w_ptr + cols).to(tl.float32)
     tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16))
 ''',
+    "ex03c_rms_norm_long_rows": '''\
+@triton.jit
+def rms_norm_long_rows_kernel(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(x_ptr + row * x_row_stride + start + cols).to(tl.float32)
+        acc += x * x
+    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(x_ptr + row * x_row_stride + start + cols).to(tl.float32)
+        tl.store(y_ptr + row * y_row_stride + start + cols, x * rstd * tl.load(w_ptr + start + cols).to(tl.float32))
+''',
     "ex04a_rms_norm_dweight": '''\
 @triton.jit
 def rms_norm_dweight_kernel(
@@ -140,6 +154,16 @@ def rms_norm_dweight_kernel(
         x = tl.load(x_ptr + row * x_row_stride + cols).to(tl.float32)
         acc += dy * x * tl.load(rstd_ptr + row)
     tl.store(partial_ptr + pid * partial_row_stride + cols, acc)
+''',
+    "ex04b_rms_norm_dx": '''\
+@triton.jit
+def rms_norm_dx_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_stride, dx_row_stride, N, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    dy_w = tl.load(dy_ptr + row * dy_row_stride + cols).to(tl.float32) * tl.load(w_ptr + cols).to(tl.float32)
+    rstd = tl.load(rstd_ptr + row)
+    x_hat = tl.load(x_ptr + row * x_row_stride + cols).to(tl.float32) * rstd
+    tl.store(dx_ptr + row * dx_row_stride + cols, rstd * (dy_w - x_hat * (tl.sum(dy_w * x_hat, axis=0) / N)))
 ''',
 }
 

@@ -17,8 +17,10 @@ module     what it holds
 ``ch01``   1a: arithmetic intensity of RMSNorm and of a matmul
 ``ch02``   2a: bias + ReLU over a strided 2-D view; 2b: the maximum of each row;
            2c: a transpose into a new tensor, tile by tile
-``ch03``   3a: LayerNorm forward; 3b: fused residual add + RMSNorm
-``ch04``   4a: RMSNorm's weight gradient through per-program partial sums
+``ch03``   3a: LayerNorm forward; 3b: fused residual add + RMSNorm; 3c: RMSNorm of
+           rows longer than one block, in two passes
+``ch04``   4a: RMSNorm's weight gradient through per-program partial sums; 4b: its
+           input gradient, one row per program
 ``grade``  the grading command: reads each notebook's stub cell, runs its check
 ``stubs``  every exercise's stub cell as shipped (the tests' proof that checks fail)
 =========  ==========================================================================
@@ -63,23 +65,34 @@ from tritonforge.exercise.ch03 import (
     FUSED_ADD_MAX_MISMATCH,
     FUSED_ADD_RMS_NORM_EPS,
     LAYER_NORM_EPS,
+    RMS_NORM_LONG_ROWS_BLOCK_N,
+    RMS_NORM_LONG_ROWS_EPS,
     check_fused_add_rms_norm,
     check_layer_norm_fwd,
+    check_rms_norm_long_rows,
     fused_add_rms_norm_cases,
     fused_add_rms_norm_ref,
     launch_fused_add_rms_norm,
     launch_layer_norm_fwd,
+    launch_rms_norm_long_rows,
     layer_norm_fwd_cases,
     layer_norm_ref,
+    rms_norm_long_rows_cases,
     try_fused_add_rms_norm,
     try_layer_norm_fwd,
+    try_rms_norm_long_rows,
 )
 from tritonforge.exercise.ch04 import (
     check_rms_norm_dweight,
+    check_rms_norm_dx,
     launch_rms_norm_dweight,
+    launch_rms_norm_dx,
     rms_norm_dweight_cases,
     rms_norm_dweight_partials_ref,
+    rms_norm_dx_cases,
+    rms_norm_dx_ref,
     try_rms_norm_dweight,
+    try_rms_norm_dx,
 )
 from tritonforge.exercise.core import (
     Case,
@@ -107,7 +120,9 @@ EXERCISES = {
     "transpose": check_transpose,
     "layer_norm_fwd": check_layer_norm_fwd,
     "fused_add_rms_norm": check_fused_add_rms_norm,
+    "rms_norm_long_rows": check_rms_norm_long_rows,
     "rms_norm_dweight": check_rms_norm_dweight,
+    "rms_norm_dx": check_rms_norm_dx,
 }
 """Every exercise's check, by name, in the book's order."""
 
@@ -160,22 +175,33 @@ __all__ = [
     "FUSED_ADD_MAX_MISMATCH",
     "FUSED_ADD_RMS_NORM_EPS",
     "LAYER_NORM_EPS",
+    "RMS_NORM_LONG_ROWS_BLOCK_N",
+    "RMS_NORM_LONG_ROWS_EPS",
     "check_fused_add_rms_norm",
     "check_layer_norm_fwd",
+    "check_rms_norm_long_rows",
     "fused_add_rms_norm_cases",
     "fused_add_rms_norm_ref",
     "launch_fused_add_rms_norm",
     "launch_layer_norm_fwd",
+    "launch_rms_norm_long_rows",
     "layer_norm_fwd_cases",
     "layer_norm_ref",
+    "rms_norm_long_rows_cases",
     "try_fused_add_rms_norm",
     "try_layer_norm_fwd",
+    "try_rms_norm_long_rows",
     # chapter 4
     "check_rms_norm_dweight",
+    "check_rms_norm_dx",
     "launch_rms_norm_dweight",
+    "launch_rms_norm_dx",
     "rms_norm_dweight_cases",
     "rms_norm_dweight_partials_ref",
+    "rms_norm_dx_cases",
+    "rms_norm_dx_ref",
     "try_rms_norm_dweight",
+    "try_rms_norm_dx",
     # the registry
     "EXERCISES",
 ]

@@ -1,5 +1,6 @@
-"""Exercises 3a and 3b (chapter 3): LayerNorm forward, one row per program; and the fused
-residual add + RMSNorm, both outputs in one pass, rounded in the Hugging Face order.
+"""Exercises 3a, 3b and 3c (chapter 3): LayerNorm forward, one row per program; the fused
+residual add + RMSNorm, both outputs in one pass, rounded in the Hugging Face order; and RMSNorm
+of rows longer than one block, in two passes over the columns.
 """
 
 from __future__ import annotations
@@ -383,3 +384,117 @@ def try_fused_add_rms_norm(kernel, x: torch.Tensor, residual: torch.Tensor, weig
         ]
 
     return run_trial(kernel, case, inputs, title=f"fused_add_rms_norm_kernel on x {list(x.shape)} {str(x.dtype).replace('torch.', '')}", show=show)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 3c (chapter 3): RMSNorm of rows longer than one block, two passes over the columns
+# ----------------------------------------------------------------------------------------------
+
+RMS_NORM_LONG_ROWS_BLOCK_N = 32
+"""The block of exercise 3c, fixed by its launcher and smaller than most rows of the check: a row
+of ``N`` columns takes ``cdiv(N, 32)`` blocks, the last one ragged unless 32 divides ``N``."""
+
+RMS_NORM_LONG_ROWS_EPS = 1e-6
+
+
+def launch_rms_norm_long_rows(
+    kernel, x: torch.Tensor, weight: torch.Tensor, y: Optional[torch.Tensor] = None, *, eps: float = RMS_NORM_LONG_ROWS_EPS
+) -> torch.Tensor:
+    """The given launcher of exercise 3c: one program per row, ``BLOCK_N`` fixed at
+    :data:`RMS_NORM_LONG_ROWS_BLOCK_N` whatever ``N`` is, so the kernel loops over the row in
+    blocks; rows may be strided (unit column stride). Returns ``y`` (a new ``[M, N]`` tensor in
+    x's dtype unless one is given)."""
+    require_kernel(kernel)
+    require_unit_column_stride("x", x)
+    M, N = x.shape
+    if y is None:
+        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    kernel[(M,)](x, weight, y, x.stride(0), y.stride(0), N, eps, BLOCK_N=RMS_NORM_LONG_ROWS_BLOCK_N)
+    return y
+
+
+def _long_rows_guard(x: torch.Tensor, weight: torch.Tensor, x_layout) -> dict:
+    """x (``(row stride, storage offset)``) and weight, each inside a NaN margin of a block."""
+    margin = RMS_NORM_LONG_ROWS_BLOCK_N + 1
+    stride, offset = x_layout
+    device = kernel_device()
+    return {
+        "x": guarded(x, (stride, 1), offset=offset, margin=(1, margin), device=device),
+        "weight": guarded(weight, (1,), margin=(margin,), device=device),
+    }
+
+
+def _long_rows_run(fn, inp: dict) -> dict:
+    x, weight = inp["x"], inp["weight"]
+    M, N = x.view.shape
+    y = poisoned_output((M, N), x.view.dtype, margin=(1, RMS_NORM_LONG_ROWS_BLOCK_N + 3), device=x.view.device.type)
+    before = snapshot(x, weight)
+    launch_rms_norm_long_rows(fn, x.view, weight.view, y.view)
+    synchronize(y.view)
+    return {"out": y.view, "outside": y.outside_written(), "inputs_changed": changed((x, weight), before)}
+
+
+def _long_rows_expected(inp: dict) -> torch.Tensor:
+    return rms_norm_ref(inp["x"].view, inp["weight"].view, RMS_NORM_LONG_ROWS_EPS, upcast=True)
+
+
+RMS_NORM_LONG_ROWS_HINT = (
+    "Pass 1 adds x² over every block of the row (the last one masked), then divides by N — not by "
+    "BLOCK_N, nor by the number of blocks × BLOCK_N; pass 2 goes over the blocks again and stores x · rstd · w"
+)
+
+
+def _compare_long_rows(got, expected, inp) -> Verdict:
+    return with_hint(compare_tensors(got, expected, rtol=TOLERANCE[inp["x"].view.dtype]), RMS_NORM_LONG_ROWS_HINT)
+
+
+def _long_rows_case(name: str, spec: _RowsSpec, *, scale: float = 1.0) -> Case:
+    M, N = spec.shape
+
+    def inputs(gen):
+        x = (scale * torch.randn(M, N, generator=gen)).to(spec.dtype)
+        weight = (1.0 + 0.5 * torch.randn(N, generator=gen)).to(spec.dtype)
+        stride, offset = spec.x_layout
+        return _long_rows_guard(x, weight, (stride or N, offset))
+
+    return Case(name=name, inputs=inputs, run=_long_rows_run, expected=_long_rows_expected, compare=_compare_long_rows, dtype=spec.dtype)
+
+
+def rms_norm_long_rows_cases() -> list[Case]:
+    return [
+        _long_rows_case("float32 4×100: three blocks of 32 and a ragged one of 4", _RowsSpec((4, 100))),
+        _long_rows_case("N < BLOCK_N: 5×20, one ragged block", _RowsSpec((5, 20))),
+        _long_rows_case("N = 64: exactly two blocks", _RowsSpec((3, 64))),
+        _long_rows_case("N = 1, 4×1", _RowsSpec((4, 1))),
+        _long_rows_case("strided rows 5×77 (row stride 90, offset 3)", _RowsSpec((5, 77), x_layout=(90, 3))),
+        _long_rows_case("single row 1×300: ten blocks, the last of 12", _RowsSpec((1, 300))),
+        _long_rows_case("tiny values 3×100 (≈ 1e-3: mean square ≈ eps)", _RowsSpec((3, 100)), scale=1e-3),
+        _long_rows_case("float16 6×150", _RowsSpec((6, 150), torch.float16)),
+        _long_rows_case("bfloat16 4×90", _RowsSpec((4, 90), torch.bfloat16)),
+    ]
+
+
+def check_rms_norm_long_rows(kernel, *, seed: Optional[int] = None) -> Report:
+    """Exercise 3c: the learner's ``rms_norm_long_rows_kernel`` with ``BLOCK_N = 32`` on rows of 1 to 300."""
+    return check(kernel, rms_norm_long_rows_cases(), title="rms_norm_long_rows_kernel", seed=seed)
+
+
+def try_rms_norm_long_rows(kernel, x: torch.Tensor, weight: torch.Tensor) -> Trial:
+    """Exercise 3c's "try it": the kernel (``BLOCK_N = 32``) on a copy of ``x`` (same row stride)
+    and ``weight`` inside NaN-padded buffers, ``y`` poisoned with NaN; shows, per block of 32
+    columns, whether it was written and right, the largest difference from the float64 RMSNorm,
+    and the verdict."""
+    inputs = _long_rows_guard(x.detach().cpu(), weight.detach().cpu(), (x.stride(0), 0))
+    case = Case("try", lambda gen: inputs, _long_rows_run, _long_rows_expected, _compare_long_rows)
+
+    def show(got, expected):
+        out, exp = got["out"].detach().double().cpu(), expected.cpu()
+        tol = TOLERANCE[x.dtype] * max(1.0, float(exp.abs().max()))
+        blocks = []
+        for start in range(0, out.shape[1], RMS_NORM_LONG_ROWS_BLOCK_N):
+            o, e = out[:, start : start + RMS_NORM_LONG_ROWS_BLOCK_N], exp[:, start : start + RMS_NORM_LONG_ROWS_BLOCK_N]
+            blocks.append("NaN" if bool(o.isnan().any()) else ("ok" if float((o - e).abs().max()) <= tol else "wrong"))
+        return [("blocks of 32 columns:", " ".join(blocks)), ("max |y − rms_norm(x)|:", _max_difference(got["out"], expected))]
+
+    title = f"rms_norm_long_rows_kernel on x {list(x.shape)}, BLOCK_N = {RMS_NORM_LONG_ROWS_BLOCK_N}"
+    return run_trial(kernel, case, inputs, title=title, show=show)

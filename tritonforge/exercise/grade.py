@@ -35,8 +35,8 @@ from typing import Optional
 
 from tritonforge.exercise.ch01 import check_arithmetic_intensity
 from tritonforge.exercise.ch02 import check_bias_relu_2d, check_row_max, check_transpose
-from tritonforge.exercise.ch03 import check_fused_add_rms_norm, check_layer_norm_fwd
-from tritonforge.exercise.ch04 import check_rms_norm_dweight
+from tritonforge.exercise.ch03 import check_fused_add_rms_norm, check_layer_norm_fwd, check_rms_norm_long_rows
+from tritonforge.exercise.ch04 import check_rms_norm_dweight, check_rms_norm_dx
 from tritonforge.exercise.core import Report, describe_exception
 from tritonforge.exercise.stubs import STUBS
 
@@ -69,7 +69,9 @@ NOTEBOOKS = {
         Exercise("ex02c_transpose", "transpose_kernel", check_transpose),
         Exercise("ex03a_layer_norm_forward", "layer_norm_fwd_kernel", check_layer_norm_fwd),
         Exercise("ex03b_fused_add_rms_norm", "fused_add_rms_norm_kernel", check_fused_add_rms_norm),
+        Exercise("ex03c_rms_norm_long_rows", "rms_norm_long_rows_kernel", check_rms_norm_long_rows),
         Exercise("ex04a_rms_norm_dweight", "rms_norm_dweight_kernel", check_rms_norm_dweight),
+        Exercise("ex04b_rms_norm_dx", "rms_norm_dx_kernel", check_rms_norm_dx),
     )
 }
 """Every exercise notebook, by stem, in the book's order."""

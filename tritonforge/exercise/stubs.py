@@ -65,12 +65,34 @@ def fused_add_rms_norm_kernel(
     # your code here
     pass
 """,
+    "ex03c_rms_norm_long_rows": """\
+@triton.jit
+def rms_norm_long_rows_kernel(
+    x_ptr, w_ptr, y_ptr,
+    x_row_stride, y_row_stride,
+    N, eps,
+    BLOCK_N: tl.constexpr,
+):
+    # your code here
+    pass
+""",
     "ex04a_rms_norm_dweight": """\
 @triton.jit
 def rms_norm_dweight_kernel(
     dy_ptr, x_ptr, rstd_ptr, partial_ptr,
     dy_row_stride, x_row_stride, partial_row_stride,
     M, N, rows_per_program,
+    BLOCK_N: tl.constexpr,
+):
+    # your code here
+    pass
+""",
+    "ex04b_rms_norm_dx": """\
+@triton.jit
+def rms_norm_dx_kernel(
+    dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr,
+    dy_row_stride, x_row_stride, dx_row_stride,
+    N,
     BLOCK_N: tl.constexpr,
 ):
     # your code here
