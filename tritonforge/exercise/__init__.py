@@ -14,7 +14,8 @@ module     what it holds
 =========  ==========================================================================
 ``core``   the mechanism: :class:`Case`, :func:`check`, :class:`Report`, and the
            guarded (NaN-margined, NaN-poisoned) tensors every kernel exercise uses
-``ch01``   1a: arithmetic intensity of RMSNorm and of a matmul
+``ch01``   1a: arithmetic intensity of RMSNorm and of a matmul; 1b: the roofline's prediction
+           from a datasheet
 ``ch02``   2a: bias + ReLU over a strided 2-D view; 2b: the maximum of each row;
            2c: a transpose into a new tensor, tile by tile
 ``ch03``   3a: LayerNorm forward; 3b: fused residual add + RMSNorm; 3c: RMSNorm of
@@ -33,10 +34,15 @@ exercise's name to its check.
 """
 
 from tritonforge.exercise.ch01 import (
+    ROOFLINE_KINDS,
     arithmetic_intensity_cases,
     arithmetic_intensity_ref,
     check_arithmetic_intensity,
+    check_roofline_prediction,
+    roofline_prediction_cases,
+    roofline_prediction_ref,
     try_arithmetic_intensity,
+    try_roofline_prediction,
 )
 from tritonforge.exercise.ch02 import (
     BIAS_RELU_BLOCK_M,
@@ -115,6 +121,7 @@ from tritonforge.exercise.core import (
 
 EXERCISES = {
     "arithmetic_intensity": check_arithmetic_intensity,
+    "roofline_prediction": check_roofline_prediction,
     "bias_relu_2d": check_bias_relu_2d,
     "row_max": check_row_max,
     "transpose": check_transpose,
@@ -149,6 +156,11 @@ __all__ = [
     "arithmetic_intensity_ref",
     "check_arithmetic_intensity",
     "try_arithmetic_intensity",
+    "ROOFLINE_KINDS",
+    "check_roofline_prediction",
+    "roofline_prediction_cases",
+    "roofline_prediction_ref",
+    "try_roofline_prediction",
     # chapter 2
     "BIAS_RELU_BLOCK_M",
     "BIAS_RELU_BLOCK_N",

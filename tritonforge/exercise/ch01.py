@@ -113,3 +113,121 @@ def try_arithmetic_intensity(fn: Callable, op: str, shape: tuple, dtype: torch.d
         return [("yours:", repr(got))]
 
     return run_trial(fn, case, inputs, title=f"arithmetic_intensity{inputs!r}".replace("torch.", ""), show=show)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 1b (chapter 1): the roofline's prediction, from a datasheet
+# ----------------------------------------------------------------------------------------------
+
+ROOFLINE_KINDS = ("elementwise", "matmul")
+"""How an op computes: ``"elementwise"`` (elementwise and reduction ops: a norm, an activation, a
+softmax) upcasts to float32 and runs on the CUDA cores, under the plain fp32 roof whatever its
+dtype; ``"matmul"`` (matmuls, attention) runs on the tensor cores of its dtype, and a float32
+matmul (TF32 off) on the CUDA cores."""
+
+
+def roofline_prediction_ref(device: str, kind: str, flops: int, nbytes: int, dtype: torch.dtype) -> tuple[float, str]:
+    """The reference answer to exercise 1b: ``(microseconds, "memory-bound" | "compute-bound")``,
+    the roofline's time floor on the datasheet of ``device`` (:data:`tritonforge.book.roofline.DEVICES`):
+    ``max(bytes / bandwidth, FLOPs / rate)``, with the rate of :data:`ROOFLINE_KINDS`."""
+    from tritonforge.book import roofline  # late: the book's module is not needed to import the checks
+
+    if kind not in ROOFLINE_KINDS:
+        raise ValueError(f"kind must be one of {ROOFLINE_KINDS}, got {kind!r}")
+    prediction = roofline.predict_on(costs.Cost(nbytes, flops, "", None), device, dtype, matmul_like=kind == "matmul")
+    return prediction.us, prediction.bound
+
+
+def _compare_prediction(got: Any, expected: tuple, inputs: tuple) -> Verdict:
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return Verdict(False, None, f"return a tuple (microseconds, bound); got {type(got).__name__} {got!r:.60}")
+    us, bound = got
+    exp_us, exp_bound = expected
+    problems = []
+    error = None
+    if isinstance(us, bool) or not isinstance(us, (int, float)):
+        problems.append(f"the time should be a number of microseconds, got {type(us).__name__}")
+    else:
+        error = abs(us - exp_us) / exp_us
+        if error > 1e-9:
+            ratio = us / exp_us
+            why = ""
+            for factor, unit in ((1e-6, "seconds"), (1e-3, "milliseconds"), (1e3, "nanoseconds")):
+                if abs(ratio - factor) < 1e-6 * factor:
+                    why = f" (that is the answer in {unit}: return microseconds)"
+            problems.append(f"time: got {us:.6g} µs, expected {exp_us:.6g} µs{why}")
+    if bound != exp_bound:
+        problems.append(f"bound: got {bound!r}, expected {exp_bound!r}")
+    return Verdict(not problems, error, "; ".join(problems))
+
+
+def _prediction_case(name: str, device: str, kind: str, cost: costs.Cost, dtype: torch.dtype) -> Case:
+    inputs = (device, kind, cost.flops, cost.bytes, dtype)
+    return Case(
+        name=name,
+        inputs=lambda gen: inputs,
+        run=lambda fn, inp: fn(*inp),
+        expected=lambda inp: roofline_prediction_ref(*inp),
+        compare=_compare_prediction,
+    )
+
+
+def _polynomial_cost(numel: int, degree: int) -> costs.Cost:
+    """A made-up elementwise op heavy in arithmetic: a degree-``degree`` polynomial by Horner's rule
+    (a multiply and an add per degree) on float32, reading x and writing y once."""
+    return costs.Cost(2 * numel * 4, 2 * degree * numel, "bytes = 8·n; FLOPs = 2·degree·n", "copy")
+
+
+def roofline_prediction_cases() -> list[Case]:
+    """The four GPUs of the book's table, the ops of chapter 1, and the cases a shortcut gets
+    wrong: a matmul that is memory-bound (decode), a float32 matmul (no tensor cores), attention
+    that is compute-bound fused and memory-bound unfused, and an elementwise op that is
+    compute-bound on one GPU (A100: fp32 ridge 9.6 FLOP/B) and memory-bound on the others."""
+    from tritonforge.book import roofline
+
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+    return [
+        _prediction_case("RMSNorm 32768×8192 bfloat16, H200", "H200", "elementwise", roofline.rmsnorm_cost(32768, 8192, bf16), bf16),
+        _prediction_case("RMSNorm 32768×8192 float16, T4", "T4", "elementwise", roofline.rmsnorm_cost(32768, 8192, fp16), fp16),
+        _prediction_case("SwiGLU 4096×14336 bfloat16, A100", "A100", "elementwise", roofline.swiglu_cost(4096, 14336, bf16), bf16),
+        _prediction_case("softmax 131072×4096 float32, H100", "H100", "elementwise", roofline.softmax_cost(32 * 4096, 4096, fp32), fp32),
+        _prediction_case("degree-40 polynomial on 2^24 float32 (10 FLOP/B), A100", "A100", "elementwise", _polynomial_cost(1 << 24, 40), fp32),
+        _prediction_case("degree-40 polynomial on 2^24 float32 (10 FLOP/B), H200", "H200", "elementwise", _polynomial_cost(1 << 24, 40), fp32),
+        _prediction_case("matmul 4096×14336×4096 bfloat16, H200", "H200", "matmul", roofline.matmul_cost(4096, 14336, 4096, bf16), bf16),
+        _prediction_case("matmul 16×14336×4096 float16 (decode), T4", "T4", "matmul", roofline.matmul_cost(16, 14336, 4096, fp16), fp16),
+        _prediction_case("matmul 4096³ float32 (no tensor cores), H100", "H100", "matmul", roofline.matmul_cost(4096, 4096, 4096, fp32), fp32),
+        _prediction_case(
+            "attention fused, 32 heads × 4096 × 128 bfloat16, H100", "H100", "matmul", roofline.attention_cost(32, 4096, 128, bf16), bf16
+        ),
+        _prediction_case(
+            "attention unfused, 32 heads × 4096 × 128 bfloat16, H100",
+            "H100",
+            "matmul",
+            roofline.attention_cost(32, 4096, 128, bf16, fused=False),
+            bf16,
+        ),
+    ]
+
+
+def check_roofline_prediction(fn: Callable, *, seed: Optional[int] = None) -> Report:
+    """Exercise 1b: ``fn(device, kind, flops, nbytes, dtype) -> (microseconds, bound)`` on the
+    book's datasheets; times to 1e-9, the bound exactly."""
+    return check(fn, roofline_prediction_cases(), title="roofline_prediction", seed=seed)
+
+
+def try_roofline_prediction(fn: Callable, device: str, kind: str, flops: int, nbytes: int, dtype: torch.dtype) -> Trial:
+    """Exercise 1b's "try it": ``fn(device, kind, flops, nbytes, dtype)`` on one input, never
+    raising; shows what it returned and whether that is right."""
+    inputs = (device, kind, flops, nbytes, dtype)
+    case = Case(
+        name="try",
+        inputs=lambda gen: inputs,
+        run=lambda f, inp: f(*inp),
+        expected=lambda inp: roofline_prediction_ref(*inp),
+        compare=_compare_prediction,
+    )
+
+    def show(got, expected):
+        return [("yours:", repr(got))]
+
+    return run_trial(fn, case, inputs, title=f"roofline_prediction{inputs!r}".replace("torch.", ""), show=show)

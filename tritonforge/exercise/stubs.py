@@ -13,6 +13,12 @@ def arithmetic_intensity(op: str, shape: tuple, dtype: torch.dtype) -> tuple[int
     # your code here
     raise NotImplementedError("write arithmetic_intensity")
 ''',
+    "ex01b_roofline_prediction": '''\
+def roofline_prediction(device: str, kind: str, flops: int, nbytes: int, dtype: torch.dtype) -> tuple[float, str]:
+    """(microseconds, "memory-bound" or "compute-bound"): the roofline's floor for one call on `device`'s datasheet."""
+    # your code here
+    raise NotImplementedError("write roofline_prediction")
+''',
     "ex02a_bias_relu_2d": """\
 @triton.jit
 def bias_relu_2d_kernel(
