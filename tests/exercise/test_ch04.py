@@ -2,7 +2,9 @@
 row groups that overlap, interleave or run past M, programs without rows that store nothing, a
 buffer assumed zeroed; exercise 4b's catches a wrong dx: the correction term forgotten, rstd
 squared or missing, w left out of the mean, x for x̂, ÷ BLOCK_N, one row stride for all, no
-masks. Each fails its check, the reference solutions pass."""
+masks; exercise 4c's catches a wrong backward of the fused add + RMSNorm: dh dropped, the path
+through y dropped, the correction term forgotten, residual given only dh, dweight from h, no None
+for eps, the mean over the wrong dimension. Each fails its check, the reference solutions pass."""
 
 from __future__ import annotations
 
@@ -215,6 +217,62 @@ def dx_no_masks(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_row_str
     tl.store(dx_ptr + row * dx_row_stride + cols, dx)
 
 
+# Exercise 4c: the backward of the fused residual add + RMSNorm (plain PyTorch, float64) --------
+
+
+def _bwd_parts(ctx, dy):
+    """(h, weight, rstd, ĥ, dy·w) from the saved tensors."""
+    h, weight, rstd = ctx.saved_tensors
+    h_hat = h * rstd
+    return h, weight, rstd, h_hat, dy * weight
+
+
+def _through_y(ctx, dy):
+    _, _, rstd, h_hat, dy_w = _bwd_parts(ctx, dy)
+    return rstd * (dy_w - h_hat * (dy_w * h_hat).mean(-1, keepdim=True))
+
+
+def _dweight(ctx, dy):
+    h, _, _, h_hat, _ = _bwd_parts(ctx, dy)
+    return (dy * h_hat).reshape(-1, h.shape[-1]).sum(0)
+
+
+def bwd_forgets_dh(ctx, dh, dy):
+    dx = _through_y(ctx, dy)  # as if y were the only output
+    return dx, dx, _dweight(ctx, dy), None
+
+
+def bwd_only_dh(ctx, dh, dy):
+    return dh, dh, _dweight(ctx, dy), None  # "the add's gradient is dh": the path through y is lost
+
+
+def bwd_forgets_correction(ctx, dh, dy):
+    _, _, rstd, _, dy_w = _bwd_parts(ctx, dy)
+    dx = dh + rstd * dy_w  # as if rstd did not depend on h
+    return dx, dx, _dweight(ctx, dy), None
+
+
+def bwd_residual_gets_only_dh(ctx, dh, dy):
+    return dh + _through_y(ctx, dy), dh, _dweight(ctx, dy), None  # residual feeds y too, through h
+
+
+def bwd_dweight_from_h(ctx, dh, dy):
+    h, _, _, _, _ = _bwd_parts(ctx, dy)
+    dx = dh + _through_y(ctx, dy)
+    return dx, dx, (dy * h).reshape(-1, h.shape[-1]).sum(0), None  # h where ĥ = h·rstd belongs
+
+
+def bwd_three_gradients(ctx, dh, dy):
+    dx = dh + _through_y(ctx, dy)
+    return dx, dx, _dweight(ctx, dy)  # no None for eps: forward took four inputs
+
+
+def bwd_mean_over_rows(ctx, dh, dy):
+    _, _, rstd, h_hat, dy_w = _bwd_parts(ctx, dy)
+    dx = dh + rstd * (dy_w - h_hat * (dy_w * h_hat).mean(0, keepdim=True))  # the mean down the columns
+    return dx, dx, _dweight(ctx, dy), None
+
+
 TABLE = {
     # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
     "ex04a_rms_norm_dweight": (
@@ -242,6 +300,19 @@ TABLE = {
             dx_divides_by_block_n,
             dx_x_stride_for_dy,
             dx_no_masks,
+        ],
+    ),
+    "ex04c_fused_add_rms_norm_backward": (
+        "fused_add_rms_norm_backward",
+        exercise.check_fused_add_rms_norm_backward,
+        [
+            bwd_forgets_dh,
+            bwd_only_dh,
+            bwd_forgets_correction,
+            bwd_residual_gets_only_dh,
+            bwd_dweight_from_h,
+            bwd_three_gradients,
+            bwd_mean_over_rows,
         ],
     ),
 }
@@ -301,6 +372,28 @@ def test_ex04b_mistakes_fail_the_cases_built_for_them(wrong, every_case):
             assert {r.case for r in report.rows if "N = 1" not in r.case} <= failed, str(report)
         else:
             assert {r.case for r in report.rows if r.case.startswith(("small rows", "large rows", "single row"))} <= failed, str(report)
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (bwd_forgets_dh, "h is an output too"),
+        (bwd_only_dh, "only dh came back"),
+        (bwd_forgets_correction, "the correction term"),
+        (bwd_dweight_from_h, "dweight = Σ over every row of dy · ĥ"),
+    ],
+)
+def test_ex04c_names_the_mistake(wrong, hint):
+    """Exercise 4c's verdict says which gradient is wrong and what it most likely left out; gradcheck
+    fails too, and a wrong number of gradients is autograd's own error, in the table."""
+    report = exercise.check_fused_add_rms_norm_backward(wrong)
+    failed = [r for r in report.rows if not r.passed]
+    compared = [r for r in failed if "gradcheck" not in r.case]
+    assert compared and all(hint in r.detail for r in compared), str(report)
+    assert all("Jacobian mismatch" in r.detail for r in failed if "gradcheck" in r.case)
+    assert any("gradcheck" in r.case for r in failed)
+    three = exercise.check_fused_add_rms_norm_backward(bwd_three_gradients)
+    assert three.n_passed == 0 and all("incorrect number of gradients" in r.detail for r in three.rows), str(three)
 
 
 @pytest.mark.gpu

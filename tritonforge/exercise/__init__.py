@@ -21,7 +21,8 @@ module     what it holds
 ``ch03``   3a: LayerNorm forward; 3b: fused residual add + RMSNorm; 3c: RMSNorm of
            rows longer than one block, in two passes
 ``ch04``   4a: RMSNorm's weight gradient through per-program partial sums; 4b: its
-           input gradient, one row per program
+           input gradient, one row per program; 4c: the backward of the fused residual add
+           + RMSNorm (a torch.autograd.Function), against autograd and gradcheck in float64
 ``grade``  the grading command: reads each notebook's stub cell, runs its check
 ``stubs``  every exercise's stub cell as shipped (the tests' proof that checks fail)
 =========  ==========================================================================
@@ -89,14 +90,20 @@ from tritonforge.exercise.ch03 import (
     try_rms_norm_long_rows,
 )
 from tritonforge.exercise.ch04 import (
+    FUSED_ADD_BWD_EPS,
+    check_fused_add_rms_norm_backward,
     check_rms_norm_dweight,
     check_rms_norm_dx,
+    fused_add_rms_norm_backward_cases,
+    fused_add_rms_norm_function,
+    fused_add_rms_norm_fwd_ref,
     launch_rms_norm_dweight,
     launch_rms_norm_dx,
     rms_norm_dweight_cases,
     rms_norm_dweight_partials_ref,
     rms_norm_dx_cases,
     rms_norm_dx_ref,
+    try_fused_add_rms_norm_backward,
     try_rms_norm_dweight,
     try_rms_norm_dx,
 )
@@ -130,6 +137,7 @@ EXERCISES = {
     "rms_norm_long_rows": check_rms_norm_long_rows,
     "rms_norm_dweight": check_rms_norm_dweight,
     "rms_norm_dx": check_rms_norm_dx,
+    "fused_add_rms_norm_backward": check_fused_add_rms_norm_backward,
 }
 """Every exercise's check, by name, in the book's order."""
 
@@ -204,14 +212,20 @@ __all__ = [
     "try_layer_norm_fwd",
     "try_rms_norm_long_rows",
     # chapter 4
+    "FUSED_ADD_BWD_EPS",
+    "check_fused_add_rms_norm_backward",
     "check_rms_norm_dweight",
     "check_rms_norm_dx",
+    "fused_add_rms_norm_backward_cases",
+    "fused_add_rms_norm_function",
+    "fused_add_rms_norm_fwd_ref",
     "launch_rms_norm_dweight",
     "launch_rms_norm_dx",
     "rms_norm_dweight_cases",
     "rms_norm_dweight_partials_ref",
     "rms_norm_dx_cases",
     "rms_norm_dx_ref",
+    "try_fused_add_rms_norm_backward",
     "try_rms_norm_dweight",
     "try_rms_norm_dx",
     # the registry

@@ -1,6 +1,8 @@
-"""Exercises 4a and 4b (chapter 4): RMSNorm's weight gradient, deterministic, through per-program
-partial sums over contiguous groups of rows (including programs that own none), reduced once in a
-fixed order; and its input gradient, the boxed ``dx`` formula, one row per program.
+"""Exercises 4a, 4b and 4c (chapter 4): RMSNorm's weight gradient, deterministic, through
+per-program partial sums over contiguous groups of rows (including programs that own none),
+reduced once in a fixed order; its input gradient, the boxed ``dx`` formula, one row per program;
+and the ``backward`` of a ``torch.autograd.Function`` for the fused residual add + RMSNorm,
+checked in float64 against autograd and by ``torch.autograd.gradcheck``.
 """
 
 from __future__ import annotations
@@ -332,3 +334,202 @@ def try_rms_norm_dx(kernel, dy: torch.Tensor, x: torch.Tensor, weight: torch.Ten
         ]
 
     return run_trial(kernel, case, inputs, title=f"rms_norm_dx_kernel on x {list(x.shape)} {str(x.dtype).replace('torch.', '')}", show=show)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 4c (chapter 4): the backward of the fused residual add + RMSNorm, checked in float64
+# ----------------------------------------------------------------------------------------------
+
+FUSED_ADD_BWD_EPS = 1e-6
+FUSED_ADD_BWD_RTOL = 1e-10
+"""Exercise 4c's budget relative to ``max(1, max |reference|)``: every gradient is float64, and a
+right backward agrees with autograd of the reference to ~1e-15."""
+
+
+def fused_add_rms_norm_fwd_ref(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = FUSED_ADD_BWD_EPS):
+    """``(h, y)``: ``h = x + residual`` and ``y = w * h * rsqrt(mean(h**2) + eps)``, in plain
+    PyTorch ops in the inputs' dtype (float64 in exercise 4c): autograd differentiates it, and
+    its gradients are the answer."""
+    h = x + residual
+    return h, weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _fused_add_forward(x, residual, weight, eps):
+    h = x + residual
+    rstd = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)  # [..., 1]
+    return h, weight * (h * rstd), rstd
+
+
+def fused_add_rms_norm_function(backward) -> type:
+    """A ``torch.autograd.Function`` for ``(h, y) = fused_add_rms_norm(x, residual, weight, eps)``
+    whose forward and ``setup_context`` are given and whose ``backward`` is ``backward``:
+    ``setup_context`` saves ``h`` (``[..., N]``), ``weight`` (``[N]``) and ``rstd``
+    (``[..., 1]``, keepdim) with ``ctx.save_for_backward`` and sets ``ctx.eps``."""
+
+    class FusedAddRMSNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(x, residual, weight, eps):
+            h, y, _ = _fused_add_forward(x, residual, weight, eps)
+            return h, y
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            x, residual, weight, eps = inputs
+            h, _ = output
+            ctx.save_for_backward(h, weight, torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
+            ctx.eps = eps
+
+        @staticmethod
+        def backward(ctx, dh, dy):
+            return backward(ctx, dh, dy)
+
+    return FusedAddRMSNorm
+
+
+@dataclasses.dataclass(frozen=True)
+class _BwdSpec:
+    shape: tuple[int, ...]
+    loss: str = "both"  # which outputs feed the loss: "both", "y" (dh = 0) or "h" (dy = 0)
+    scales: tuple[float, float] = (0.5, 2.0)  # the rows' scales run from one to the other
+    gradcheck: bool = False  # run torch.autograd.gradcheck instead of comparing with autograd
+
+
+def _bwd_inputs(spec: _BwdSpec, gen: torch.Generator) -> dict:
+    shape = spec.shape
+    rows = math.prod(shape[:-1])
+    lo, hi = spec.scales
+    row_scale = torch.logspace(math.log2(lo), math.log2(hi), rows, base=2.0, dtype=torch.float64)[torch.randperm(rows, generator=gen)]
+    row_scale = row_scale.reshape(*shape[:-1], 1)
+    f64 = dict(dtype=torch.float64)
+    x = row_scale * torch.randn(shape, generator=gen, **f64)
+    residual = row_scale * torch.randn(shape, generator=gen, **f64)
+    weight = 1.5 + 0.5 * torch.randn(shape[-1], generator=gen, **f64)
+    dh = torch.randn(shape, generator=gen, **f64)
+    h_hat = (x + residual) * torch.rsqrt((x + residual).pow(2).mean(-1, keepdim=True) + FUSED_ADD_BWD_EPS)
+    dy = 2.0 * h_hat + torch.randn(shape, generator=gen, **f64)  # correlated with ĥ: the correction term matters
+    return {"x": x, "residual": residual, "weight": weight, "dh": dh, "dy": dy, "loss": spec.loss, "gradcheck": spec.gradcheck}
+
+
+def _bwd_leaves(inp: dict) -> tuple[torch.Tensor, ...]:
+    return tuple(inp[k].detach().clone().requires_grad_(True) for k in ("x", "residual", "weight"))
+
+
+def _bwd_grads(outputs: tuple[torch.Tensor, torch.Tensor], leaves, inp: dict) -> tuple[torch.Tensor, ...]:
+    h, y = outputs
+    if inp["loss"] == "y":
+        return torch.autograd.grad(y, leaves, inp["dy"])
+    if inp["loss"] == "h":
+        return torch.autograd.grad(h, leaves, inp["dh"], allow_unused=True)
+    return torch.autograd.grad((h, y), leaves, (inp["dh"], inp["dy"]))
+
+
+def _bwd_run(fn, inp: dict):
+    from torch.autograd.gradcheck import GradcheckError  # the module (torch.autograd.gradcheck is the function)
+
+    function = fused_add_rms_norm_function(fn)
+    leaves = _bwd_leaves(inp)
+    if inp["gradcheck"]:
+        try:
+            torch.autograd.gradcheck(lambda x, r, w: function.apply(x, r, w, FUSED_ADD_BWD_EPS), leaves, raise_exception=True)
+        except GradcheckError as exc:  # its first line says which output and input
+            return {"gradcheck": False, "message": str(exc).strip().splitlines()[0].rstrip(",")}
+        return {"gradcheck": True}
+    return _bwd_grads(function.apply(*leaves, FUSED_ADD_BWD_EPS), leaves, inp)
+
+
+def _bwd_expected(inp: dict):
+    if inp["gradcheck"]:
+        return None
+    leaves = _bwd_leaves(inp)
+    grads = _bwd_grads(fused_add_rms_norm_fwd_ref(*leaves, FUSED_ADD_BWD_EPS), leaves, inp)
+    return tuple(torch.zeros_like(leaf) if g is None else g for g, leaf in zip(grads, leaves))
+
+
+def _bwd_hint(name: str, got: torch.Tensor, expected: torch.Tensor, inp: dict) -> str:
+    """What a wrong dx or dresidual most likely left out."""
+    if name == "dweight":
+        return "dweight = Σ over every row of dy · ĥ, with ĥ = h · rstd"
+    tol = 1e-8 * max(1.0, float(expected.abs().max()))
+    dh = inp["dh"] if inp["loss"] != "y" else torch.zeros_like(expected)
+    if inp["loss"] != "y" and float((got - (expected - dh)).abs().max()) <= tol:
+        return "h is an output too: its gradient dh flows straight back to x and to residual, added to the one through y"
+    if inp["loss"] != "h" and float((got - dh).abs().max()) <= tol:
+        return "only dh came back: add the gradient through y, rstd · (dy·w − ĥ · mean(dy·w·ĥ))"
+    r = torch.rsqrt((inp["x"] + inp["residual"]).pow(2).mean(-1, keepdim=True) + FUSED_ADD_BWD_EPS)
+    if inp["loss"] != "h" and float((got - (dh + r * inp["dy"] * inp["weight"])).abs().max()) <= tol:
+        return "the correction term − ĥ · mean(dy·w·ĥ) is missing: rstd depends on h too"
+    return "dx = dresidual = dh + rstd · (dy·w − ĥ · mean(dy·w·ĥ over the row, dim −1)), ĥ = h · rstd: both reach the outputs through h"
+
+
+def _compare_bwd(got, expected, inp) -> Verdict:
+    if inp["gradcheck"]:
+        if got.get("gradcheck"):
+            return Verdict(True, None, "")
+        message = got.get("message", "")
+        where = " (outputs: 0 = h, 1 = y; inputs: 0 = x, 1 = residual, 2 = weight)" if "output" in message else ""
+        return Verdict(False, None, f"gradcheck: {message}{where}: finite differences of the forward disagree with your backward")
+    problems, errors = [], []
+    for name, g, e in zip(("dx", "dresidual", "dweight"), got, expected):
+        if g is None:
+            problems.append(f"{name}: None, expected a gradient")
+            continue
+        if tuple(g.shape) != tuple(e.shape):
+            problems.append(f"{name}: shape {tuple(g.shape)}, expected {tuple(e.shape)}")
+            continue
+        error = float((g.detach() - e).abs().max()) if e.numel() else 0.0
+        errors.append(error)
+        if math.isnan(error) or error > FUSED_ADD_BWD_RTOL * max(1.0, float(e.abs().max())):
+            hint = _bwd_hint(name, g.detach(), e, inp)
+            if problems and not isinstance(problems[-1], str) and problems[-1][1] == hint:  # dx and dresidual alike: once
+                problems[-1] = (problems[-1][0] + [name], hint)
+            else:
+                problems.append(([name], hint))
+    error = max(errors) if errors else None
+    text = [p if isinstance(p, str) else f"{' and '.join(p[0])} wrong: {p[1]}" for p in problems]
+    return Verdict(not problems, error, "; ".join(text))
+
+
+def _bwd_case(name: str, spec: _BwdSpec) -> Case:
+    return Case(name=name, inputs=lambda gen: _bwd_inputs(spec, gen), run=_bwd_run, expected=_bwd_expected, compare=_compare_bwd, dtype=torch.float64)
+
+
+def fused_add_rms_norm_backward_cases() -> list[Case]:
+    return [
+        _bwd_case("4×10, dh and dy both nonzero", _BwdSpec((4, 10))),
+        _bwd_case("N = 1, 5×1", _BwdSpec((5, 1))),
+        _bwd_case("3-D input 2×3×7", _BwdSpec((2, 3, 7))),
+        _bwd_case("rows of scale 1/16 to 16 (rstd far from 1), 6×20", _BwdSpec((6, 20), scales=(1 / 16, 16.0))),
+        _bwd_case("only y feeds the loss (dh = 0), 3×12", _BwdSpec((3, 12), loss="y")),
+        _bwd_case("only h feeds the loss (dy = 0), 3×12", _BwdSpec((3, 12), loss="h")),
+        _bwd_case("torch.autograd.gradcheck, 3×6", _BwdSpec((3, 6), gradcheck=True)),
+        _bwd_case("torch.autograd.gradcheck, 3-D 2×2×5", _BwdSpec((2, 2, 5), gradcheck=True)),
+    ]
+
+
+def check_fused_add_rms_norm_backward(backward, *, seed: Optional[int] = None) -> Report:
+    """Exercise 4c: the learner's ``fused_add_rms_norm_backward`` against autograd of the float64
+    reference, and through ``torch.autograd.gradcheck``."""
+    return check(backward, fused_add_rms_norm_backward_cases(), title="fused_add_rms_norm_backward", seed=seed)
+
+
+def try_fused_add_rms_norm_backward(backward, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, seed: int = 0) -> Trial:
+    """Exercise 4c's "try it": ``(h, y)`` of the Function with your ``backward`` on float64 copies
+    of the inputs, the loss ``Σ dh·h + Σ dy·y`` with random ``dh`` and ``dy`` (from ``seed``); shows
+    the largest difference of each gradient from autograd of the reference, and the verdict."""
+    gen = torch.Generator().manual_seed(seed)
+    f64 = dict(dtype=torch.float64)
+    x, residual, weight = (t.detach().cpu().double() for t in (x, residual, weight))
+    inputs = {
+        "x": x, "residual": residual, "weight": weight, "loss": "both", "gradcheck": False,
+        "dh": torch.randn(x.shape, generator=gen, **f64), "dy": torch.randn(x.shape, generator=gen, **f64),
+    }  # fmt: skip
+    case = Case("try", lambda gen: inputs, _bwd_run, _bwd_expected, _compare_bwd)
+
+    def show(got, expected):
+        rows = []
+        for name, g, e in zip(("dx", "dresidual", "dweight"), got, expected):
+            text = "None" if g is None else (f"shape {tuple(g.shape)}" if g.shape != e.shape else f"{float((g - e).abs().max()):.3g}")
+            rows.append((f"max |{name} − autograd|:", text))
+        return rows
+
+    return run_trial(backward, case, inputs, title=f"fused_add_rms_norm_backward on x {list(x.shape)}", show=show)

@@ -36,7 +36,7 @@ from typing import Optional
 from tritonforge.exercise.ch01 import check_arithmetic_intensity, check_roofline_prediction
 from tritonforge.exercise.ch02 import check_bias_relu_2d, check_row_max, check_transpose
 from tritonforge.exercise.ch03 import check_fused_add_rms_norm, check_layer_norm_fwd, check_rms_norm_long_rows
-from tritonforge.exercise.ch04 import check_rms_norm_dweight, check_rms_norm_dx
+from tritonforge.exercise.ch04 import check_fused_add_rms_norm_backward, check_rms_norm_dweight, check_rms_norm_dx
 from tritonforge.exercise.core import Report, describe_exception
 from tritonforge.exercise.stubs import STUBS
 
@@ -73,6 +73,7 @@ NOTEBOOKS = {
         Exercise("ex03c_rms_norm_long_rows", "rms_norm_long_rows_kernel", check_rms_norm_long_rows),
         Exercise("ex04a_rms_norm_dweight", "rms_norm_dweight_kernel", check_rms_norm_dweight),
         Exercise("ex04b_rms_norm_dx", "rms_norm_dx_kernel", check_rms_norm_dx),
+        Exercise("ex04c_fused_add_rms_norm_backward", "fused_add_rms_norm_backward", check_fused_add_rms_norm_backward),
     )
 }
 """Every exercise notebook, by stem, in the book's order."""

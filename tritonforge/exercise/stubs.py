@@ -104,5 +104,11 @@ def rms_norm_dx_kernel(
     # your code here
     pass
 """,
+    "ex04c_fused_add_rms_norm_backward": '''\
+def fused_add_rms_norm_backward(ctx, dh, dy):
+    """(dx, dresidual, dweight, None) from dh = dL/dh and dy = dL/dy; ctx.saved_tensors is (h, weight, rstd)."""
+    # your code here
+    raise NotImplementedError("write fused_add_rms_norm_backward")
+''',
 }
 """Notebook stem → the source of its stub cell."""
