@@ -104,6 +104,47 @@ def prediction_matmul_means_compute_bound(device, kind, flops, nbytes, dtype):
     return max(memory_us, math_us), "compute-bound" if kind == "matmul" else "memory-bound"
 
 
+def _traffic(M, N, dtype, *, casts=None, row_stats=True, weight=True, f32_intermediates=True, fused_writes_h=True):
+    """The counts of exercise 1c with one piece of the convention switched off (a planted mistake)."""
+    e = torch.empty((), dtype=dtype).element_size()
+    f = 4 if f32_intermediates else e
+    s = 4 if row_stats else 0
+    MN = M * N
+    if casts is None:
+        casts = dtype != torch.float32
+    kernels = [(2 * MN * e, MN * e), (MN * f, MN * f), (MN * f, M * s), (M * s, M * s), (M * s, M * s), (MN * f + M * s, MN * f)]
+    kernels.append(((N * e if weight else 0) + MN * e, MN * e))
+    if casts:
+        kernels += [(MN * e, MN * f), (MN * f, MN * e)]
+    fused = (2 * MN + (N if weight else 0)) * e + (2 if fused_writes_h else 1) * MN * e
+    return sum(r + w for r, w in kernels), len(kernels), fused
+
+
+def traffic_casts_in_float32(M, N, dtype):
+    """Counts the two casts even when they are no-ops (float32)."""
+    return _traffic(M, N, dtype, casts=True)
+
+
+def traffic_without_row_statistics(M, N, dtype):
+    """Leaves out the [M] float32 tensors (variance, + eps, rsqrt), as chapter 1's table does."""
+    return _traffic(M, N, dtype, row_stats=False)
+
+
+def traffic_intermediates_in_dtype(M, N, dtype):
+    """Counts the float32 intermediates at the input's element size."""
+    return _traffic(M, N, dtype, f32_intermediates=False)
+
+
+def traffic_fused_forgets_h(M, N, dtype):
+    """The fused kernel writes only out, not the residual stream h."""
+    return _traffic(M, N, dtype, fused_writes_h=False)
+
+
+def traffic_forgets_weight(M, N, dtype):
+    """No weight read, eager or fused."""
+    return _traffic(M, N, dtype, weight=False)
+
+
 TABLE = {
     # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
     "ex01a_arithmetic_intensity": (
@@ -122,6 +163,11 @@ TABLE = {
             prediction_bound_from_the_tensor_core_ridge,
             prediction_matmul_means_compute_bound,
         ],
+    ),
+    "ex01c_fused_add_rms_norm_traffic": (
+        "fused_add_rms_norm_traffic",
+        exercise.check_fused_add_rms_norm_traffic,
+        [traffic_casts_in_float32, traffic_without_row_statistics, traffic_intermediates_in_dtype, traffic_fused_forgets_h, traffic_forgets_weight],
     ),
 }
 STEMS = sorted(TABLE)
@@ -166,3 +212,19 @@ def test_roofline_prediction_failure_messages():
     ridge = exercise.check_roofline_prediction(prediction_bound_from_the_tensor_core_ridge)
     (failed,) = [r for r in ridge.rows if not r.passed]
     assert "A100" in failed.case and failed.detail == "bound: got 'memory-bound', expected 'compute-bound'"
+
+
+def test_traffic_agrees_with_chapter_1_and_the_harness():
+    """Per element, the eager RMSNorm is chapter 1's table (36 bytes in bf16, 28 in float32, in 8
+    and 6 kernels); the fused chain is the harness's RMSNorm bytes plus a read of residual and a
+    write of h; the planted helper with nothing switched off is the reference."""
+    from tritonforge.bench import costs
+
+    M, N = 64, 32
+    for dtype, per_element, kernels in ((torch.bfloat16, 36, 8), (torch.float32, 28, 6)):
+        rms = exercise.eager_rms_norm_kernels(M, N, dtype)
+        assert len(rms) == kernels
+        assert sum(r + w for _, r, w in rms) == per_element * M * N + 6 * 4 * M + N * costs.elem_size(dtype)
+        eager, n_kernels, fused = exercise.fused_add_rms_norm_traffic_ref(M, N, dtype)
+        assert fused == costs.rmsnorm_forward_bytes(M, N, costs.elem_size(dtype)) + 2 * M * N * costs.elem_size(dtype)
+        assert n_kernels == kernels + 1 and (eager, n_kernels, fused) == _traffic(M, N, dtype)

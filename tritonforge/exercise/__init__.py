@@ -15,7 +15,7 @@ module     what it holds
 ``core``   the mechanism: :class:`Case`, :func:`check`, :class:`Report`, and the
            guarded (NaN-margined, NaN-poisoned) tensors every kernel exercise uses
 ``ch01``   1a: arithmetic intensity of RMSNorm and of a matmul; 1b: the roofline's prediction
-           from a datasheet
+           from a datasheet; 1c: the HBM traffic of residual add + RMSNorm, eager and fused
 ``ch02``   2a: bias + ReLU over a strided 2-D view; 2b: the maximum of each row;
            2c: a transpose into a new tensor, tile by tile
 ``ch03``   3a: LayerNorm forward; 3b: fused residual add + RMSNorm; 3c: RMSNorm of
@@ -39,10 +39,15 @@ from tritonforge.exercise.ch01 import (
     arithmetic_intensity_cases,
     arithmetic_intensity_ref,
     check_arithmetic_intensity,
+    check_fused_add_rms_norm_traffic,
     check_roofline_prediction,
+    eager_rms_norm_kernels,
+    fused_add_rms_norm_traffic_cases,
+    fused_add_rms_norm_traffic_ref,
     roofline_prediction_cases,
     roofline_prediction_ref,
     try_arithmetic_intensity,
+    try_fused_add_rms_norm_traffic,
     try_roofline_prediction,
 )
 from tritonforge.exercise.ch02 import (
@@ -129,6 +134,7 @@ from tritonforge.exercise.core import (
 EXERCISES = {
     "arithmetic_intensity": check_arithmetic_intensity,
     "roofline_prediction": check_roofline_prediction,
+    "fused_add_rms_norm_traffic": check_fused_add_rms_norm_traffic,
     "bias_relu_2d": check_bias_relu_2d,
     "row_max": check_row_max,
     "transpose": check_transpose,
@@ -169,6 +175,11 @@ __all__ = [
     "roofline_prediction_cases",
     "roofline_prediction_ref",
     "try_roofline_prediction",
+    "check_fused_add_rms_norm_traffic",
+    "eager_rms_norm_kernels",
+    "fused_add_rms_norm_traffic_cases",
+    "fused_add_rms_norm_traffic_ref",
+    "try_fused_add_rms_norm_traffic",
     # chapter 2
     "BIAS_RELU_BLOCK_M",
     "BIAS_RELU_BLOCK_N",

@@ -1,7 +1,10 @@
-"""Exercise 1a (chapter 1): the arithmetic intensity of RMSNorm and of a matmul.
+"""Exercises 1a, 1b and 1c (chapter 1): the arithmetic intensity of RMSNorm and of a matmul; the
+roofline's prediction from a datasheet; the HBM traffic of residual add + RMSNorm, eager and fused.
 
-The learner writes ``arithmetic_intensity(op, shape, dtype) -> (flops, bytes, flops / bytes)``;
-the check compares exact counts (and the ratio to 1e-9) on fixed and random shapes.
+The learner writes ``arithmetic_intensity(op, shape, dtype) -> (flops, bytes, flops / bytes)``
+(1a), ``roofline_prediction(device, kind, flops, nbytes, dtype) -> (microseconds, bound)`` (1b)
+and ``fused_add_rms_norm_traffic(M, N, dtype) -> (eager_bytes, eager_kernels, fused_bytes)`` (1c);
+the checks compare exact counts (ratios and times to 1e-9) on fixed and random shapes.
 """
 
 from __future__ import annotations
@@ -231,3 +234,111 @@ def try_roofline_prediction(fn: Callable, device: str, kind: str, flops: int, nb
         return [("yours:", repr(got))]
 
     return run_trial(fn, case, inputs, title=f"roofline_prediction{inputs!r}".replace("torch.", ""), show=show)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercise 1c (chapter 1): the HBM traffic of residual add + RMSNorm, eager against fused
+# ----------------------------------------------------------------------------------------------
+
+
+def eager_rms_norm_kernels(m: int, n: int, dtype: torch.dtype) -> list[tuple[str, int, int]]:
+    """The kernels of Hugging Face's eager RMSNorm on ``h`` [M, N] and what each moves,
+    ``(name, bytes read, bytes written)``; float32 intermediates (4 bytes), the row statistics
+    [M, 1] in float32, and no kernel for a ``.to()`` to the dtype a tensor already has::
+
+        h32 = h.to(torch.float32)
+        variance = h32.pow(2).mean(-1, keepdim=True)
+        y = h32 * torch.rsqrt(variance + eps)
+        out = weight * y.to(h.dtype)
+
+    Per element this is chapter 1's table (36 bytes for bf16, 28 for float32) plus the [M] and
+    [N] tensors the table leaves out.
+    """
+    e, mn, f32 = costs.elem_size(dtype), m * n, 4
+    cast = dtype != torch.float32
+    kernels = []
+    if cast:
+        kernels.append(("h.to(float32)", mn * e, mn * f32))
+    kernels += [
+        ("pow(2)", mn * f32, mn * f32),
+        ("mean(-1)", mn * f32, m * f32),
+        ("variance + eps", m * f32, m * f32),
+        ("rsqrt", m * f32, m * f32),
+        ("h32 * rsqrt", mn * f32 + m * f32, mn * f32),
+    ]
+    if cast:
+        kernels.append(("y.to(dtype)", mn * f32, mn * e))
+    kernels.append(("weight * y", n * e + mn * e, mn * e))
+    return kernels
+
+
+def fused_add_rms_norm_traffic_ref(m: int, n: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """The reference answer to exercise 1c: ``(eager_bytes, eager_kernels, fused_bytes)`` of
+    ``h = x + residual; y = rms_norm(h) * weight`` on [M, N] activations, returning both ``y`` and
+    ``h`` (the residual stream the next layer adds to).
+
+    - eager: the residual add (read x and residual, write h: ``costs.axpy_bytes``, the same
+      traffic as an axpy), then :func:`eager_rms_norm_kernels`;
+    - fused, one kernel: read x, residual and weight, write h and y:
+      ``costs.rmsnorm_forward_bytes`` + 2·M·N·elem (read residual, write h).
+    """
+    e = costs.elem_size(dtype)
+    rms = eager_rms_norm_kernels(m, n, dtype)
+    eager_bytes = costs.axpy_bytes(m * n, e) + sum(r + w for _, r, w in rms)
+    fused_bytes = costs.rmsnorm_forward_bytes(m, n, e) + 2 * m * n * e
+    return eager_bytes, 1 + len(rms), fused_bytes
+
+
+def _compare_traffic(got: Any, expected: tuple, inputs: tuple) -> Verdict:
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        return Verdict(False, None, f"return a tuple (eager_bytes, eager_kernels, fused_bytes); got {type(got).__name__} {got!r:.60}")
+    problems, errors = [], []
+    for label, g, e in zip(("eager bytes", "eager kernels", "fused bytes"), got, expected):
+        if isinstance(g, bool) or not isinstance(g, (int, float)):
+            problems.append(f"{label} should be a number, got {type(g).__name__}")
+            continue
+        errors.append(abs(g - e) / abs(e))
+        if g != e:
+            problems.append(f"{label}: got {_number(g)}, expected {_number(e)}")
+    return Verdict(not problems, max(errors) if errors else None, "; ".join(problems))
+
+
+def _traffic_case(name: str, shape_fn: Callable[[torch.Generator], tuple], dtype: torch.dtype) -> Case:
+    return Case(
+        name=name,
+        inputs=lambda gen: (*shape_fn(gen), dtype),
+        run=lambda fn, inp: fn(*inp),
+        expected=lambda inp: fused_add_rms_norm_traffic_ref(*inp),
+        compare=_compare_traffic,
+    )
+
+
+def fused_add_rms_norm_traffic_cases() -> list[Case]:
+    """16-bit and float32 (where the casts launch nothing), Llama shapes, one token (where the
+    weight's N elements matter), a narrow tall shape (where the [M] row statistics matter), and
+    random shapes."""
+    return [
+        _traffic_case("4096×4096 bfloat16", lambda g: (4096, 4096), torch.bfloat16),
+        _traffic_case("4096×4096 float32 (the casts launch nothing)", lambda g: (4096, 4096), torch.float32),
+        _traffic_case("1×8192 float16 (one token)", lambda g: (1, 8192), torch.float16),
+        _traffic_case("65536×4 bfloat16 (narrow rows: the row statistics matter)", lambda g: (65536, 4), torch.bfloat16),
+        _traffic_case("7×5 float32", lambda g: (7, 5), torch.float32),
+        _traffic_case("random M×N bfloat16", lambda g: (_randint(g, 1, 5000), _randint(g, 1, 9000)), torch.bfloat16),
+        _traffic_case("random M×N float32", lambda g: (_randint(g, 1, 5000), _randint(g, 1, 9000)), torch.float32),
+    ]
+
+
+def check_fused_add_rms_norm_traffic(fn: Callable, *, seed: Optional[int] = None) -> Report:
+    """Exercise 1c: ``fn(M, N, dtype) -> (eager_bytes, eager_kernels, fused_bytes)``; exact counts."""
+    return check(fn, fused_add_rms_norm_traffic_cases(), title="fused_add_rms_norm_traffic", seed=seed)
+
+
+def try_fused_add_rms_norm_traffic(fn: Callable, m: int, n: int, dtype: torch.dtype) -> Trial:
+    """Exercise 1c's "try it": ``fn(M, N, dtype)`` on one input, never raising; shows what it
+    returned and whether that is right."""
+    case = _traffic_case("try", lambda gen: (m, n), dtype)
+
+    def show(got, expected):
+        return [("yours:", repr(got))]
+
+    return run_trial(fn, case, (m, n, dtype), title=f"fused_add_rms_norm_traffic{(m, n, dtype)!r}".replace("torch.", ""), show=show)

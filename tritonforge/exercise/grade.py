@@ -33,7 +33,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Optional
 
-from tritonforge.exercise.ch01 import check_arithmetic_intensity, check_roofline_prediction
+from tritonforge.exercise.ch01 import check_arithmetic_intensity, check_fused_add_rms_norm_traffic, check_roofline_prediction
 from tritonforge.exercise.ch02 import check_bias_relu_2d, check_row_max, check_transpose
 from tritonforge.exercise.ch03 import check_fused_add_rms_norm, check_layer_norm_fwd, check_rms_norm_long_rows
 from tritonforge.exercise.ch04 import check_fused_add_rms_norm_backward, check_rms_norm_dweight, check_rms_norm_dx
@@ -65,6 +65,7 @@ NOTEBOOKS = {
     for e in (
         Exercise("ex01a_arithmetic_intensity", "arithmetic_intensity", check_arithmetic_intensity),
         Exercise("ex01b_roofline_prediction", "roofline_prediction", check_roofline_prediction),
+        Exercise("ex01c_fused_add_rms_norm_traffic", "fused_add_rms_norm_traffic", check_fused_add_rms_norm_traffic),
         Exercise("ex02a_bias_relu_2d", "bias_relu_2d_kernel", check_bias_relu_2d),
         Exercise("ex02b_row_max", "row_max_kernel", check_row_max),
         Exercise("ex02c_transpose", "transpose_kernel", check_transpose),

@@ -19,6 +19,12 @@ def roofline_prediction(device: str, kind: str, flops: int, nbytes: int, dtype: 
     # your code here
     raise NotImplementedError("write roofline_prediction")
 ''',
+    "ex01c_fused_add_rms_norm_traffic": '''\
+def fused_add_rms_norm_traffic(M: int, N: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """(eager_bytes, eager_kernels, fused_bytes) of h = x + residual; out = rms_norm(h) * weight on [M, N]."""
+    # your code here
+    raise NotImplementedError("write fused_add_rms_norm_traffic")
+''',
     "ex02a_bias_relu_2d": """\
 @triton.jit
 def bias_relu_2d_kernel(
