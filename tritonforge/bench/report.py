@@ -141,9 +141,10 @@ class Table:
 def html_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, title: str = "",
                notes: Sequence[str] = (), left: int = 1) -> str:  # fmt: skip
     """An HTML table; a cell's ``\\n`` becomes a line break. Headers may also break after ``.``,
-    ``_`` and ``-`` (``torch.compile``), a word of more than 24 characters anywhere;
-    short cells (numbers) never break; a
-    long cell aligns left."""
+    ``_`` and ``-`` (``torch.compile``), text cells inside a word of more than 24 characters;
+    short cells (numbers) never break. A column after the first ``left`` ones aligns right when
+    all its cells are short (at most 16 characters), else left."""
+    right = [k >= left and all(len(str(row[k])) <= 16 for row in rows if k < len(row)) for k in range(len(header))]
 
     def cell(tag: str, text: str, k: int) -> str:
         lines = [html.escape(part) for part in str(text).split("\n")]
@@ -153,7 +154,7 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, title: s
         else:
             long_word = any(len(word) > 24 for word in str(text).split())
             style = "overflow-wrap:anywhere" if long_word else "white-space:nowrap" if len(str(text)) <= 16 else "white-space:normal"
-        align = "right" if k >= left and len(str(text)) <= 16 else "left"
+        align = "right" if k < len(right) and right[k] else "left"
         return f'<{tag} style="text-align:{align}; {style}; padding:0.15em 0.4em">{"<br>".join(lines)}</{tag}>'
 
     parts = [f"<p>{html.escape(title)}</p>"] if title else []
