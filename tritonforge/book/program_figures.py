@@ -15,6 +15,10 @@ import torch
 from tritonforge._triton import triton
 from tritonforge.ops.teaching import program_map
 
+FONT_PT = 10
+"""Every text in the figures, in points: the figure is 7 in wide (the book's content column at
+100 dpi), so this is the size on the page."""
+
 
 def kernel_source(kernel) -> str:
     """The Python source of a ``@triton.jit`` kernel (compiled or interpreted), for a chapter to show."""
@@ -77,7 +81,7 @@ def plot_program_map(
 
     panels = 2 if view is not None else 1
     if ax is None:
-        fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
+        fig, axes = plt.subplots(1, panels, figsize=(7.0, 4.2 if panels == 2 else 3.6), squeeze=False)  # the column: 10 pt stays 10 pt
         axes = list(axes[0])
     else:
         axes = [ax] if panels == 1 else list(ax)
@@ -87,8 +91,9 @@ def plot_program_map(
         a.imshow((data + 1).numpy(), cmap=cmap, vmin=0, vmax=programs, interpolation="nearest")
         a.set_xticks(range(data.shape[1]))
         a.set_yticks(range(data.shape[0]))
-        a.tick_params(labelsize=6, length=0)
-        a.set_title(subtitle, fontsize=9)
+        a.tick_params(labelsize=FONT_PT, length=0)
+        a.set_xticks(range(0, data.shape[1], 2 if data.shape[1] > 10 else 1))
+        a.set_title(subtitle, fontsize=FONT_PT)
 
     draw(axes[0], pmap, title or f"[{M}, {N}] in {block_m}×{block_n} tiles: {programs} programs")
     for pm in range(grid_m):
@@ -103,26 +108,26 @@ def plot_program_map(
                             axes[0].add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, hatch="///", lw=0, ec="0.5"))
             rm = (r0 + min(r0 + block_m, M)) / 2 - 0.5
             cm = (c0 + min(c0 + block_n, N)) / 2 - 0.5
-            axes[0].text(cm, rm, f"P{pm * grid_n + pn}", ha="center", va="center", fontsize=8, weight="bold")
+            axes[0].text(cm, rm, f"P{pm * grid_n + pn}", ha="center", va="center", fontsize=FONT_PT, weight="bold")
     axes[0].set_xlim(-0.5, grid_n * block_n - 0.5)
     axes[0].set_ylim(grid_m * block_m - 0.5, -0.5)
-    axes[0].set_xlabel("column j  (hatched: masked off)", fontsize=8)
-    axes[0].set_ylabel("row i", fontsize=8)
+    axes[0].set_xlabel("column j\n(hatched: masked off)", fontsize=FONT_PT)
+    axes[0].set_ylabel("row i", fontsize=FONT_PT)
     if view is not None:
         if base is None:
             raise ValueError("pass base (the contiguous tensor the view looks into) with view")
         if tuple(view.shape) != (M, N):
             raise ValueError(f"view has shape {tuple(view.shape)}, expected ({M}, {N})")
         memory = storage_map(view, base, pmap)
-        draw(axes[1], memory, f"the same elements in memory (base [{base.shape[0]}, {base.shape[1]}])")
+        draw(axes[1], memory, f"the same elements in memory\n(base [{base.shape[0]}, {base.shape[1]}])")
         for p in range(programs):
             where = (memory == p).nonzero().float()
             if len(where):
                 r, c = where.mean(0).tolist()
-                axes[1].text(c, r, f"P{p}", ha="center", va="center", fontsize=8, weight="bold")
+                axes[1].text(c, r, f"P{p}", ha="center", va="center", fontsize=FONT_PT, weight="bold")
         axes[1].set_xlabel(
-            f"address order: along a row, then down\nview strides ({view.stride(0)}, {view.stride(1)}); grey: not in the view",
-            fontsize=8,
+            f"address order: along a row, then down\nview strides ({view.stride(0)}, {view.stride(1)})\ngrey: not in the view",
+            fontsize=FONT_PT,
         )
     fig.tight_layout()
     return fig
