@@ -141,3 +141,12 @@ def test_gpu_live_compile_records():
         assert set(v["ir"]) == set(compile_ir.STAGES), v["name"]
     aligned = records.get("vector_add", "fp32, n % 16 == 0")
     assert any(compile_ir.vector_width_bytes(op) == 16 for op in aligned["memory_ops"] if op.startswith("ld."))
+
+
+def test_summary_table_is_the_summary_as_a_table():
+    records = compile_ir.compile_records_for_chapter(live=False)
+    if not records.available:
+        pytest.skip(records.note)
+    table = records.summary_table("vector_add")
+    assert table.header[:3] == ["kernel", "variant", "regs"] and len(table.rows) == len(records.summary("vector_add").splitlines()) - 1
+    assert "4× ld.global.v4.b32<br>2× st.global.v4.b32" in table._repr_html_()  # one instruction per line

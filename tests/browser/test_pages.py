@@ -166,8 +166,6 @@ WIDE_ALLOWED: dict[tuple[str, str], str] = {
     ("chapters/appendix_*.html", r"inductor-rmsnorm-"): "torch.compile's generated Triton kernel, printed as code",
     # Compiler output: Triton IR and PTX lines are as long as the compiler writes them.
     ("chapters/02_*.html", r"(module \{|#blocked = )"): "Triton IR excerpts (TTIR/TTGIR), lines as the compiler writes them",
-    ("chapters/02_*.html", r"kernel variant regs spills"): "compile_ir.summary's text table (7 columns, ~100 characters): "
-    "to fix, show it as a bench.Table",
     # The exercises' try cells print tritonforge.exercise's report (being reworked in parallel): its
     # sentences run to 200 characters. Fix: tag the try cells `wrap-output`, or break the report's lines.
     ("exercises/*.html", r"[\w.]+(\(.*?\))?( on x \[|, M = ).*?: (not right yet|no\b|yes\b|ok\b)"): "exercise report lines",

@@ -121,12 +121,13 @@ class Table:
         self.title, self.notes, self.left = title, list(notes), left
 
     def __str__(self) -> str:
-        widths = [max([len(h)] + [len(r[k]) for r in self.rows if k < len(r)]) for k, h in enumerate(self.header)]
+        rows = [[c.replace("\n", " ") for c in row] for row in self.rows]  # a cell's lines, on one line
+        widths = [max([len(h)] + [len(r[k]) for r in rows if k < len(r)]) for k, h in enumerate(self.header)]
 
         def line(cells):
             return "  ".join(c.ljust(w) if k < self.left else c.rjust(w) for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
-        return "\n".join(([self.title] if self.title else []) + [line(self.header)] + [line(r) for r in self.rows] + self.notes)
+        return "\n".join(([self.title] if self.title else []) + [line(self.header)] + [line(r) for r in rows] + self.notes)
 
     def __repr__(self) -> str:
         return str(self)

@@ -290,11 +290,26 @@ class CompileRecords:
         """One line per variant: registers, spills, shared memory, global memory instructions."""
         if not self.available:
             return self.note
-        rows = [("kernel", "variant", "regs", "spills", "shared B", "global loads / stores in the PTX")]
+        rows = [SUMMARY_HEADER] + [r[:-1] + (", ".join(r[-1]),) for r in self._summary_rows(kernel)]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
+
+    def summary_table(self, kernel: Optional[str] = None):
+        """:meth:`summary` as a :class:`~tritonforge.bench.Table`: an HTML table that fits the book's
+        page in a notebook (one memory instruction per line), the same text when printed."""
+        from tritonforge.bench.report import Table
+
+        if not self.available:
+            return Table([], [], notes=[self.note])
+        rows = [r[:-1] + ("\n".join(r[-1]),) for r in self._summary_rows(kernel)]
+        return Table(SUMMARY_HEADER, rows, left=2)
+
+    def _summary_rows(self, kernel: Optional[str]) -> list[tuple]:
+        rows = []
         for v in self.variants:
             if kernel is not None and v["kernel"] != kernel:
                 continue
-            ops = ", ".join(f"{count}× {op}" for op, count in v["memory_ops"].items()) or "-"
+            ops = [f"{count}× {op}" for op, count in v["memory_ops"].items()] or ["-"]
             rows.append((
                 v["kernel"], v["name"],
                 "-" if v.get("n_regs") is None else str(v["n_regs"]),
@@ -302,8 +317,10 @@ class CompileRecords:
                 "-" if v.get("shared_bytes") is None else str(v["shared_bytes"]),
                 ops,
             ))  # fmt: skip
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
+        return rows
+
+
+SUMMARY_HEADER = ("kernel", "variant", "regs", "spills", "shared B", "global loads / stores in the PTX")
 
 
 def _spills(variant: dict) -> str:
