@@ -112,9 +112,10 @@ def simulate(key: Optional[str] = "t4") -> Iterator[None]:
     """Simulate the device ``key`` (``None``: no simulation) inside a ``with`` block (tests)."""
     global _simulated
     previous = _simulated
-    _simulated = SIMULATED_DEVICES[key] if key else None
-    if _simulated is not None:
-        _install_simulated_launch_guard()
+    device = SIMULATED_DEVICES[key] if key else None
+    if device is not None:
+        _install_simulated_launch_guard()  # before the switch: a failure here leaves nothing simulated
+    _simulated = device
     try:
         yield
     finally:
@@ -640,14 +641,22 @@ def _install_simulated_launch_guard() -> None:
         return
     from triton.runtime.interpreter import InterpretedFunction
 
-    run = InterpretedFunction.run
+    # kernel[grid](...) goes through __getitem__ in every Triton version tested (3.3: it returns the
+    # grid executor itself; 3.9: a closure over the method `run`, which 3.3 does not have).
+    getitem = InterpretedFunction.__getitem__
 
-    @functools.wraps(run)
-    def guarded_run(self, *args, **kwargs):
-        _check_simulated_launch(getattr(self.fn, "__name__", "kernel"), args, kwargs)
-        return run(self, *args, **kwargs)
+    @functools.wraps(getitem)
+    def guarded_getitem(self, grid):
+        launch = getitem(self, grid)
+        name = getattr(self.fn, "__name__", "kernel")
 
-    InterpretedFunction.run = guarded_run
+        def guarded_launch(*args, **kwargs):
+            _check_simulated_launch(name, args, kwargs)
+            return launch(*args, **kwargs)
+
+        return guarded_launch
+
+    InterpretedFunction.__getitem__ = guarded_getitem
     _guard_installed = True
 
 
