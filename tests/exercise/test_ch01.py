@@ -3,13 +3,10 @@ stub and on planted mistakes, passes on the reference solution, and names what i
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
 from tritonforge import exercise
-
-from . import notebooks
 
 # Planted wrong answers: the mistakes a learner is most likely to make ---------------------------
 
@@ -171,32 +168,7 @@ TABLE = {
     ),
 }
 STEMS = sorted(TABLE)
-PLANTED = [(stem, wrong) for stem in STEMS for wrong in TABLE[stem][2]]
-
-
-@pytest.mark.parametrize("stem", STEMS)
-def test_notebook_has_one_stub_and_a_check_of_it(stem):
-    name, check, _ = TABLE[stem]
-    notebooks.assert_notebook_has_one_stub_and_a_check_of_it(stem, name, check)
-
-
-@pytest.mark.parametrize("stem", STEMS)
-def test_check_fails_every_case_on_the_shipped_stub(stem, tmp_path):
-    name, check, _ = TABLE[stem]
-    notebooks.assert_check_fails_every_case_on_the_shipped_stub(stem, name, check, tmp_path)
-
-
-@pytest.mark.parametrize("stem, wrong", PLANTED, ids=[f"{s}-{w.__name__}" for s, w in PLANTED])
-def test_check_fails_on_a_planted_wrong_answer(stem, wrong):
-    _, check, _ = TABLE[stem]
-    notebooks.assert_check_fails_on_every_seed(check, wrong)
-
-
-@pytest.mark.parametrize("seed", [0, 1, None])
-@pytest.mark.parametrize("stem", STEMS)
-def test_check_passes_on_the_reference_solution(stem, seed):
-    name, check, _ = TABLE[stem]
-    check(notebooks.solution(stem, name), seed=seed).assert_passed()
+"""The generic tests over TABLE (stub, planted answers, solution) are in test_every_exercise.py."""
 
 
 def test_specific_failure_messages():

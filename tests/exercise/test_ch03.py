@@ -264,7 +264,6 @@ def fused_add_one_row_stride(
     tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
-
 @triton.jit
 def fused_add_forgets_eps(
     x_ptr, residual_ptr, w_ptr, h_ptr, y_ptr, x_row_stride, residual_row_stride, h_row_stride, y_row_stride,
@@ -446,34 +445,7 @@ TABLE = {
     ),
 }
 STEMS = sorted(TABLE)
-PLANTED = [(stem, wrong) for stem in STEMS for wrong in TABLE[stem][2]]
-
-
-@pytest.mark.parametrize("stem", STEMS)
-def test_notebook_has_one_stub_and_a_check_of_it(stem):
-    name, check, _ = TABLE[stem]
-    notebooks.assert_notebook_has_one_stub_and_a_check_of_it(stem, name, check)
-
-
-@pytest.mark.parametrize("stem", STEMS)
-def test_check_fails_every_case_on_the_shipped_stub(stem, tmp_path):
-    name, check, _ = TABLE[stem]
-    notebooks.assert_check_fails_every_case_on_the_shipped_stub(stem, name, check, tmp_path)
-
-
-@pytest.mark.parametrize("stem, wrong", PLANTED, ids=[f"{s}-{w.__name__}" for s, w in PLANTED])
-def test_check_fails_on_a_planted_wrong_answer(stem, wrong):
-    if wrong in INTERPRETER_ONLY_MISTAKES and not tritonforge.runtime.interpreting():
-        pytest.skip(f"{wrong.__name__} is only a mistake in the interpreter (a GPU's .to() rounds to nearest)")
-    _, check, _ = TABLE[stem]
-    notebooks.assert_check_fails_on_every_seed(check, wrong)
-
-
-@pytest.mark.parametrize("seed", [0, 1, None])
-@pytest.mark.parametrize("stem", STEMS)
-def test_check_passes_on_the_reference_solution(stem, seed):
-    name, check, _ = TABLE[stem]
-    check(notebooks.solution(stem, name), seed=seed).assert_passed()
+"""The generic tests over TABLE (stub, planted answers, solution) are in test_every_exercise.py."""
 
 
 def test_chapter_3_failure_messages():
