@@ -80,13 +80,6 @@ def compile_cuda_graphs(fn: Callable) -> Callable:
     return torch.compile(fn, mode="reduce-overhead", fullgraph=True, dynamic=False)
 
 
-def warmed_up(fn: Callable[[], object], calls: int = CUDA_GRAPH_WARMUP_CALLS) -> Callable[[], object]:
-    """Call ``fn`` ``calls`` times (so cudagraph trees have recorded their graph), then return it."""
-    for _ in range(calls):
-        fn()
-    return fn
-
-
 def load_tritonforge_rms_norm() -> tuple[Optional[Callable], Optional[str]]:
     """``tritonforge.ops.rmsnorm.rms_norm``, or None and the reason it cannot be imported."""
     try:
