@@ -25,12 +25,14 @@ def axpy_ref(alpha: float, x: torch.Tensor, y: torch.Tensor, *, upcast: bool = F
     return out if upcast else out.to(x.dtype)
 
 
-def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, upcast: bool = False) -> torch.Tensor:
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                 *, upcast: bool = False) -> torch.Tensor:
     """RMSNorm over the last dim with Hugging Face ``LlamaRMSNorm`` casting.
 
-    ``h = x.to(float32); h = h * rsqrt(mean(h**2, -1) + eps); y = weight * h.to(x.dtype)``:
-    the normalized row is rounded to x's dtype *before* the multiply by ``weight`` (float64
-    inputs stay in float64 throughout). With ``upcast`` everything is float64, nothing is
+    ``h = x.to(float32); h = h * rsqrt(mean(h**2, -1) + eps)``, then
+    ``y = weight * h.to(x.dtype)``: the normalized row is rounded to x's
+    dtype *before* the multiply by ``weight`` (float64 inputs stay in
+    float64 throughout). With ``upcast`` everything is float64, nothing is
     rounded in between, and the result is float64 (the tests' oracle).
     """
     ct = _compute_dtype(x.dtype, upcast)
@@ -66,6 +68,50 @@ def rms_norm_bwd_ref(
     if upcast:
         return dx, dweight
     return dx.to(x.dtype), dweight.to(weight.dtype)
+
+
+def swiglu_ref(gate: torch.Tensor, up: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
+    """``silu(gate) * up`` in Hugging Face Llama's rounding order: ``act = silu(gate)`` computed in
+    float32 and rounded to the input dtype, then ``act * up`` computed in float32 and rounded again
+    (``LlamaMLP``: ``act_fn(gate_proj(x)) * up_proj(x)``, two eager ops). Float64 inputs stay in
+    float64; with ``upcast`` everything is float64 and nothing is rounded (the tests' oracle)."""
+    ct = _compute_dtype(gate.dtype, upcast)
+    g = gate.to(ct)
+    act = g * torch.sigmoid(g)
+    if not upcast:
+        act = act.to(gate.dtype).to(ct)
+    y = act * up.to(ct)
+    return y if upcast else y.to(gate.dtype)
+
+
+def swiglu_bwd_ref(
+    dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, *, upcast: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The hand-derived backward of :func:`swiglu_ref` (chapter 5), with ``s = sigmoid(gate)``:
+    ``dgate = dy * up * s * (1 + gate * (1 - s))`` and ``dup = dy * silu(gate)`` (the rounded
+    ``silu(gate)`` of the forward). Differentiable PyTorch ops: the double-backward path, the
+    fallback and the tests' oracle. Returns ``(dgate, dup)`` in the inputs' dtype (float64 with
+    ``upcast``)."""
+    ct = _compute_dtype(gate.dtype, upcast)
+    g, u, d = gate.to(ct), up.to(ct), dy.to(ct)
+    s = torch.sigmoid(g)
+    act = g * s
+    if not upcast:
+        act = act.to(gate.dtype).to(ct)
+    dgate = d * u * s * (1 + g * (1 - s))
+    dup = d * act
+    if upcast:
+        return dgate, dup
+    return dgate.to(gate.dtype), dup.to(up.dtype)
+
+
+def swiglu_mlp_front_ref(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
+    """``silu(x @ w_gate) * (x @ w_up)``, the front of Llama's MLP, as Hugging Face computes it:
+    two matmuls in the input dtype (each rounded to it), then :func:`swiglu_ref`. With ``upcast``
+    everything is float64. x ``[..., D]``, w_gate and w_up ``[D, F]``."""
+    if upcast:
+        x, w_gate, w_up = x.double(), w_gate.double(), w_up.double()
+    return swiglu_ref(x @ w_gate, x @ w_up, upcast=upcast)
 
 
 def add_ref(x: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:

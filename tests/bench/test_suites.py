@@ -99,12 +99,36 @@ def test_the_runner_checks_every_gradient_of_a_backward_spec():
 
 
 def test_each_op_suite_is_a_spec_in_the_registry():
-    assert set(bench.OP_SPECS) == {"axpy", "rmsnorm", "rmsnorm-bwd"}
+    assert set(bench.OP_SPECS) == {"axpy", "rmsnorm", "rmsnorm-bwd", "swiglu", "swiglu-bwd", "swiglu-front"}
     assert set(bench.OP_SPECS) | {"ceilings", "profile-eager-rmsnorm"} == set(bench.SUITES)
     forward, both = bench.RMSNORM_FORWARD, bench.RMSNORM_FORWARD_BACKWARD
     assert not forward.backward and both.backward and both.grads == ("x", "weight")
     assert forward.device_time and both.device_time and not bench.AXPY.device_time
     assert bench.SAME_SIZE_COPY in forward.baselines and not both.baselines
+
+
+def test_swiglu_specs():
+    """Forward: 3·M·F elements moved, forward + backward 8·M·F, each beside a copy of as many bytes;
+    the MLP front 16-bit only, its fraction of copy bandwidth at decode and of the matmul rate at prefill."""
+    forward, both, front = bench.OP_SPECS["swiglu"], bench.OP_SPECS["swiglu-bwd"], bench.OP_SPECS["swiglu-front"]
+    assert forward.cost((64, 100), torch.bfloat16).bytes == 3 * 64 * 100 * 2
+    assert both.cost((64, 100), torch.float32).bytes == 8 * 64 * 100 * 4 and both.grads == ("gate", "up")
+    assert bench.SAME_SIZE_COPY in forward.baselines and bench.SAME_SIZE_COPY in both.baselines
+    assert front.sixteen_bit_only and not forward.sixteen_bit_only
+    assert front.cost((64, 4096, 14336), torch.bfloat16).ceiling == "copy"
+    assert front.cost((4096, 4096, 14336), torch.bfloat16).ceiling == "matmul"
+    assert front.cost((1, 4096, 14336), torch.bfloat16).bytes == (2 * 4096 * 14336 + 4096 + 14336) * 2
+
+
+def test_swiglu_suites_run_on_this_machine(device):
+    """Every row of the three SwiGLU suites is checked against float64 and timed (fake timer)."""
+    for name, shape, dtype in (("swiglu", (5, 70), torch.float32), ("swiglu-bwd", (5, 70), torch.float32),
+                               ("swiglu-front", (3, 32, 24), torch.float16 if device == "cuda" else torch.float32)):  # fmt: skip
+        rows = bench.run_op_suite(bench.OP_SPECS[name], bench.Ceilings(100.0, {}), dtypes=[dtype], shapes=[shape],
+                                  impls=["tritonforge", "hf-eager", bench.SAME_SIZE_COPY], device=device, timer=FakeTimer())  # fmt: skip
+        assert [r["impl"] for r in rows][:2] == ["tritonforge", "hf-eager"], name
+        for row in rows:
+            assert row["status"] == "ok", (name, row["impl"], row["note"])
 
 
 @pytest.mark.parametrize("spec", list(bench.OP_SPECS.values()), ids=list(bench.OP_SPECS))
@@ -114,7 +138,7 @@ def test_compiled_cuda_graph_rows_only_on_a_gpu(spec):
     on_cpu = spec.impl_table(None, "cpu")
     assert not set(bench.CUDA_GRAPH_IMPLS) & set(on_cpu)
     on_gpu = spec.impl_table(None, "cuda")
-    if spec.suite.startswith("rmsnorm"):
+    if spec.suite != "axpy":
         assert list(on_gpu)[-2:] == [bench.COMPILED_CUDA_GRAPHS, bench.TORCH_COMPILE_CUDA_GRAPHS]
         assert list(on_gpu)[:-2] == list(on_cpu)
     else:

@@ -46,7 +46,15 @@ OPS = [
         lambda x, y: reference.axpy_ref(1.5, x, y),
         lambda dtype, device: (torch.randn(6, 40, dtype=dtype, device=device), torch.randn(6, 40, dtype=dtype, device=device)),
     ),
+    OpCase(
+        "swiglu",
+        tfg.swiglu,
+        reference.swiglu_ref,
+        lambda dtype, device: (torch.randn(6, 40, dtype=dtype, device=device), torch.randn(6, 40, dtype=dtype, device=device)),
+    ),
 ]
+KERNEL_BACKWARD = ("rms_norm", "swiglu")
+"""The ops whose backward is a kernel: under create_graph they take the reference backward."""
 IDS = [op.name for op in OPS]
 
 
@@ -167,7 +175,7 @@ def test_double_backward_is_exact_or_raises_under_strict(op, device):
     rest = [t[0] if t.shape == inputs[0].shape else t for t in inputs[1:]]
     expected = hessian(lambda a: op.ref(a, *rest).pow(2).sum(), x)
     assert expected.abs().max() > 0.1  # a real second derivative, so zeros would fail
-    if op.name == "rms_norm":  # its backward is a kernel: create_graph takes the reference backward
+    if op.name in KERNEL_BACKWARD:  # create_graph takes the reference backward
         with pytest.raises(tfg.FallbackError, match="create_graph"):
             hessian(lambda a: op.call(a, *rest).pow(2).sum(), x)
     with tfg.strict(False), warnings.catch_warnings(record=True) as record:
@@ -176,7 +184,7 @@ def test_double_backward_is_exact_or_raises_under_strict(op, device):
         leaves = [t.detach().clone().requires_grad_() for t in inputs]
         assert torch.autograd.gradgradcheck(op.call, leaves, fast_mode=True)
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
-    if op.name == "rms_norm":
+    if op.name in KERNEL_BACKWARD:
         assert any("create_graph" in m for m in _fallback_reasons(record))
 
 
@@ -286,7 +294,7 @@ def test_rms_norm_fp64_eps_is_exact(device):
 
 @pytest.mark.parametrize("op", OPS, ids=IDS)
 def test_empty_input_records_its_route(op, device):
-    if op.name == "axpy":
+    if op.name in ("axpy", "swiglu"):
         inputs = [t[:0] for t in op.make(torch.float32, device)]
     else:
         inputs = [torch.randn(0, 8, device=device), torch.randn(8, device=device)]

@@ -29,12 +29,12 @@ DTYPE_ALIASES = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
 }  # fmt: skip
 
-MATRIX_SUITES = ("rmsnorm", "rmsnorm-bwd", "profile-eager-rmsnorm", "all")
-"""Suites whose --shapes are M×N."""
+MATRIX_SUITES = ("rmsnorm", "rmsnorm-bwd", "profile-eager-rmsnorm", "swiglu", "swiglu-bwd", "all")
+"""Suites whose --shapes are M×N (swiglu-front's are M×D×F)."""
 
 
 def parse_dtypes(text: Optional[str]) -> Optional[list[torch.dtype]]:
-    """"fp32,bf16" -> [torch.float32, torch.bfloat16]."""
+    """ "fp32,bf16" -> [torch.float32, torch.bfloat16]."""
     if not text:
         return None
     try:
@@ -44,7 +44,7 @@ def parse_dtypes(text: Optional[str]) -> Optional[list[torch.dtype]]:
 
 
 def parse_shapes(text: Optional[str]) -> Optional[list[tuple[int, ...]]]:
-    """"4096x512,1x8192" -> [(4096, 512), (1, 8192)]; "1048576" -> [(1048576,)]; "2^20" works too."""
+    """ "4096x512,1x8192" -> [(4096, 512), (1, 8192)]; "1048576" -> [(1048576,)]; "2^20" works too."""
     if not text:
         return None
     shapes = []

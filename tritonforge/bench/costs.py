@@ -106,9 +106,32 @@ def rmsnorm_forward_backward_cost(m: int, n: int, dtype: torch.dtype) -> Cost:
     return Cost(
         rmsnorm_forward_backward_bytes(m, n, elem_size(dtype)),
         13 * m * n,
-        "bytes = (5·M·N + 3·N)·elem (fwd: read x, write y, read w; bwd: read x, read dy, "
-        "read w, write dx, write dw); FLOPs ≈ 13·M·N",
+        "bytes = (5·M·N + 3·N)·elem (fwd: read x, write y, read w; bwd: read x, read dy, read w, write dx, write dw); FLOPs ≈ 13·M·N",
         "copy",
+    )
+
+
+def swiglu_forward_cost(m: int, f: int, dtype: torch.dtype) -> Cost:
+    return Cost(3 * m * f * elem_size(dtype), 6 * m * f, "bytes = 3·M·F·elem (read gate, read up, write y); FLOPs ≈ 6·M·F", "copy")
+
+
+def swiglu_forward_backward_cost(m: int, f: int, dtype: torch.dtype) -> Cost:
+    return Cost(
+        8 * m * f * elem_size(dtype),
+        20 * m * f,
+        "bytes = 8·M·F·elem (fwd: read gate, up, write y; bwd: read dy, gate, up, write dgate, dup); FLOPs ≈ 20·M·F",
+        "copy",
+    )
+
+
+def swiglu_front_cost(m: int, d: int, f: int, dtype: torch.dtype, decode_rows: int = 64) -> Cost:
+    """The fused MLP front: two [M, D] × [D, F] matmuls. Decode (M <= 64) is bound by reading both
+    weights, so its fraction is of the copy bandwidth; prefill's of the matmul rate."""
+    return Cost(
+        (2 * d * f + m * d + m * f) * elem_size(dtype),
+        2 * matmul_flops(m, f, d),
+        "bytes = (2·D·F + M·D + M·F)·elem (both weights, x, y); FLOPs = 2·(2·M·D·F)",
+        "copy" if m <= decode_rows else "matmul",
     )
 
 

@@ -150,3 +150,75 @@ def graphed_rms_norm(rms_norm: Callable) -> Callable:
         return compiled[eps](x, weight)
 
     return fn
+
+
+# ----------------------------------------------------------------------------------------------
+# SwiGLU: the elementwise op and the fused MLP front
+# ----------------------------------------------------------------------------------------------
+
+
+def eager_swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """Hugging Face ``LlamaMLP``'s activation: ``act_fn(gate) * up`` (two eager kernels)."""
+    return torch.nn.functional.silu(gate) * up
+
+
+def eager_swiglu_front(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    """``silu(x @ w_gate) * (x @ w_up)``: two cuBLAS matmuls, then the two elementwise kernels."""
+    return eager_swiglu(x @ w_gate, x @ w_up)
+
+
+def load_liger_swiglu() -> tuple[Optional[Callable], Optional[str]]:
+    """Liger-Kernel's ``LigerSiLUMulFunction`` as ``fn(gate, up)``, or None and why not. Its
+    backward writes the gradients into the saved inputs' storage (in place): rows that time
+    forward + backward run on inputs that change from call to call (same traffic)."""
+    try:
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+    except Exception as exc:  # noqa: BLE001
+        return None, f"liger-kernel not importable ({describe_exception(exc)})"
+    return LigerSiLUMulFunction.apply, None
+
+
+def _graphed(fn: Callable) -> Callable:
+    """``fn`` compiled with :func:`compile_cuda_graphs` on its first call."""
+    compiled = []
+
+    def call(*args):
+        if not compiled:
+            compiled.append(compile_cuda_graphs(fn))
+        return compiled[0](*args)
+
+    return call
+
+
+def swiglu_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs: bool = False) -> dict:
+    """name -> a maker of ``fn(gate, up)``: ours, HF eager, torch.compile of it, Liger; on a GPU
+    also ours and the eager formula under ``torch.compile(mode="reduce-overhead")``."""
+    from tritonforge.ops.swiglu import swiglu
+
+    liger, liger_missing = load_liger_swiglu()
+    table = {
+        "tritonforge": lambda: swiglu,
+        "hf-eager": lambda: eager_swiglu,
+        "torch.compile": lambda: compile_fresh(eager_swiglu),
+        "liger": (lambda: liger) if liger else liger_missing,
+    }
+    if cuda_graphs:
+        table[COMPILED_CUDA_GRAPHS] = lambda: _graphed(swiglu)
+        table[TORCH_COMPILE_CUDA_GRAPHS] = lambda: _graphed(eager_swiglu)
+    return {name: maker for name, maker in table.items() if impls is None or name in impls}
+
+
+def swiglu_front_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs: bool = False) -> dict:
+    """name -> a maker of ``fn(x, w_gate, w_up)``: our fused kernel, eager (cuBLAS two-GEMM +
+    elementwise), torch.compile of it; on a GPU both under CUDA graphs."""
+    from tritonforge.ops.swiglu import swiglu_mlp_front
+
+    table = {
+        "tritonforge": lambda: swiglu_mlp_front,
+        "hf-eager": lambda: eager_swiglu_front,
+        "torch.compile": lambda: compile_fresh(eager_swiglu_front),
+    }
+    if cuda_graphs:
+        table[COMPILED_CUDA_GRAPHS] = lambda: _graphed(swiglu_mlp_front)
+        table[TORCH_COMPILE_CUDA_GRAPHS] = lambda: _graphed(eager_swiglu_front)
+    return {name: maker for name, maker in table.items() if impls is None or name in impls}

@@ -39,7 +39,7 @@ from tritonforge.bench.timing import DEVICE_TIME_REP_MS, Timer, do_bench_flushes
 from tritonforge.reference import TOLERANCE
 
 SCHEMA = "tritonforge.bench/1"
-SUITES = ("ceilings", "axpy", "rmsnorm", "rmsnorm-bwd", "profile-eager-rmsnorm")
+SUITES = ("ceilings", "axpy", "rmsnorm", "rmsnorm-bwd", "profile-eager-rmsnorm", "swiglu", "swiglu-bwd", "swiglu-front")
 DEFAULT_RESULTS_DIR = "benchmarks/results"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,7 +97,7 @@ class Results:
         return [r for r in self.rows if all(r.get(k) == v for k, v in conditions.items())]
 
     def provenance(self) -> str:
-        """"live on <device> ..." or "recorded on <device>, <date> ...": the line every plot shows."""
+        """ "live on <device> ..." or "recorded on <device>, <date> ...": the line every plot shows."""
         return describe_provenance(self.metadata, live=self.live)
 
     def to_dict(self) -> dict:
@@ -183,7 +183,7 @@ def git_state() -> tuple[Optional[str], Optional[bool]]:
 
 
 def device_slug(name: str) -> str:
-    """"NVIDIA H200" -> "nvidia-h200": a file-name-safe device name."""
+    """ "NVIDIA H200" -> "nvidia-h200": a file-name-safe device name."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
 
 

@@ -33,6 +33,9 @@ from tritonforge.bench.costs import (
     matmul_cost,
     rmsnorm_forward_backward_cost,
     rmsnorm_forward_cost,
+    swiglu_forward_backward_cost,
+    swiglu_forward_cost,
+    swiglu_front_cost,
     time_floor_us,
 )
 from tritonforge.bench.peers import AXPY_ALPHA, RMSNORM_EPS
@@ -45,7 +48,7 @@ from tritonforge.bench.timing import (
     measure,
     relative_error,
 )
-from tritonforge.reference import axpy_ref, rms_norm_ref
+from tritonforge.reference import axpy_ref, rms_norm_ref, swiglu_mlp_front_ref, swiglu_ref
 
 RMSNORM_SHAPES = ((4096, 512), (4096, 2048), (4096, 8192), (16384, 4096), (32768, 8192), (1, 8192), (64, 8192))
 RMSNORM_QUICK_SHAPES = ((4096, 2048), (16384, 4096), (64, 8192))
@@ -173,6 +176,7 @@ class OpSpec:
     device_time: bool = False  # rows also get device_us (CUDA-graph replay)
     row_shape: Callable[[tuple], list] = list  # the shape written in the rows
     baselines: Mapping[str, Baseline] = dataclasses.field(default_factory=dict)  # extra rows per shape
+    sixteen_bit_only: bool = False  # default dtypes: the device's 16-bit type only (no float32 rows)
 
     def impl_table(self, impls: Optional[Sequence[str]] = None, device: str = "cuda") -> dict:
         """The implementations a run on ``device`` measures: the CUDA-graph rows only on a GPU."""
@@ -198,7 +202,7 @@ def run_op_suite(
     :data:`~tritonforge.bench.peers.CUDA_GRAPH_IMPLS` are warmed up before timing and get no
     device time (a CUDA graph already: ``us`` is its replay).
     """
-    dtypes = dtypes or default_dtypes(device, quick)
+    dtypes = dtypes or default_dtypes(device, quick or spec.sixteen_bit_only)
     shapes = shapes or (spec.quick_shapes if quick else spec.shapes)
     implementations = spec.impl_table(impls, device)
     rows = []
@@ -430,7 +434,95 @@ AXPY = OpSpec(
 )
 """tritonforge.ops.fused_axpy vs eager ``alpha * x + y`` (two kernels) vs torch.compile of the same."""
 
-OP_SPECS = {spec.suite: spec for spec in (AXPY, RMSNORM_FORWARD, RMSNORM_FORWARD_BACKWARD)}
+SWIGLU_SHAPES = ((1, 14336), (64, 14336), (1024, 14336), (4096, 14336), (8192, 14336), (16384, 4096))
+SWIGLU_QUICK_SHAPES = ((64, 14336), (4096, 14336))
+LLAMA3_8B_D, LLAMA3_8B_F = 4096, 14336
+SWIGLU_FRONT_SHAPES = tuple((m, LLAMA3_8B_D, LLAMA3_8B_F) for m in (1, 16, 64, 4096))
+SWIGLU_FRONT_QUICK_SHAPES = ((16, LLAMA3_8B_D, LLAMA3_8B_F), (4096, LLAMA3_8B_D, LLAMA3_8B_F))
+
+
+def swiglu_inputs(shape: tuple, dtype: torch.dtype, device: str) -> Inputs:
+    """Fresh gate and up [M, F], separate tensors (Llama's gate_proj and up_proj outputs)."""
+    m, f = shape
+    return {"gate": torch.randn(m, f, device=device, dtype=dtype), "up": torch.randn(m, f, device=device, dtype=dtype)}
+
+
+def swiglu_forward_backward_inputs(shape: tuple, dtype: torch.dtype, device: str) -> Inputs:
+    return {**swiglu_inputs(shape, dtype, device), "dy": torch.randn(*shape, device=device, dtype=dtype)}
+
+
+def swiglu_same_size_copy(units: float) -> Baseline:
+    """A copy of ``units·M·F`` elements' worth of bytes in all (read half, write half): the bytes the
+    SwiGLU row must move (3 units forward; 8 forward + backward), timed like the implementations."""
+
+    def baseline(spec: OpSpec, inputs: Inputs, *, timer: Timer, ceilings) -> dict:
+        gate = inputs["gate"]
+        src = torch.randn(int(units * gate.numel() / 2), device=gate.device, dtype=gate.dtype)
+        return measure_same_size_copy(src, timer=timer, ceilings=ceilings, suite=spec.suite)
+
+    return baseline
+
+
+SWIGLU_FORWARD = OpSpec(
+    suite="swiglu",
+    op="swiglu",
+    shapes=SWIGLU_SHAPES,
+    quick_shapes=SWIGLU_QUICK_SHAPES,
+    make_inputs=swiglu_inputs,
+    call=lambda fn, inputs: fn(inputs["gate"], inputs["up"]),
+    reference=lambda gate, up: swiglu_ref(gate, up, upcast=True),
+    cost=lambda shape, dtype: swiglu_forward_cost(*shape, dtype),
+    implementations=peers.swiglu_implementations,
+    routed_op="swiglu",
+    device_time=True,
+    baselines={SAME_SIZE_COPY: swiglu_same_size_copy(3)},
+)
+"""SwiGLU forward ``silu(gate) * up``: tritonforge vs HF eager, torch.compile, Liger (and compiled
+under CUDA graphs on a GPU); at each shape a copy of the same bytes."""
+
+SWIGLU_FORWARD_BACKWARD = dataclasses.replace(
+    SWIGLU_FORWARD,
+    suite="swiglu-bwd",
+    op="swiglu-fwd-bwd",
+    make_inputs=swiglu_forward_backward_inputs,
+    cost=lambda shape, dtype: swiglu_forward_backward_cost(*shape, dtype),
+    backward=True,
+    grads=("gate", "up"),
+    baselines={SAME_SIZE_COPY: swiglu_same_size_copy(8)},
+)
+"""SwiGLU forward + backward (one training step of the activation), checked on y, dgate and dup."""
+
+
+def swiglu_front_inputs(shape: tuple, dtype: torch.dtype, device: str) -> Inputs:
+    """x [M, D] and the two weights [D, F], scaled by 1/sqrt(D) as an initialized layer's are."""
+    m, d, f = shape
+    scale = d**-0.5
+    return {
+        "x": torch.randn(m, d, device=device, dtype=dtype),
+        "w_gate": (torch.randn(d, f, device=device) * scale).to(dtype),
+        "w_up": (torch.randn(d, f, device=device) * scale).to(dtype),
+    }
+
+
+SWIGLU_FRONT = OpSpec(
+    suite="swiglu-front",
+    op="swiglu-mlp-front",
+    shapes=SWIGLU_FRONT_SHAPES,
+    quick_shapes=SWIGLU_FRONT_QUICK_SHAPES,
+    make_inputs=swiglu_front_inputs,
+    call=lambda fn, inputs: fn(inputs["x"], inputs["w_gate"], inputs["w_up"]),
+    reference=lambda x, w_gate, w_up: swiglu_mlp_front_ref(x, w_gate, w_up, upcast=True),
+    cost=lambda shape, dtype: swiglu_front_cost(*shape, dtype),
+    implementations=peers.swiglu_front_implementations,
+    routed_op="swiglu_mlp_front",
+    device_time=True,
+    sixteen_bit_only=True,
+)
+"""The fused MLP front ``silu(x @ w_gate) * (x @ w_up)`` at Llama-3-8B sizes (D = 4096, F = 14336),
+decode (M = 1, 16, 64) and prefill (M = 4096): ours vs cuBLAS two-GEMM + eager elementwise, and
+torch.compile of the same. 16-bit only (the GPU kernel's dtypes)."""
+
+OP_SPECS = {spec.suite: spec for spec in (AXPY, RMSNORM_FORWARD, RMSNORM_FORWARD_BACKWARD, SWIGLU_FORWARD, SWIGLU_FORWARD_BACKWARD, SWIGLU_FRONT)}
 """Every op suite, by name."""
 
 
@@ -494,9 +586,7 @@ def profile_one_call(fn: Callable[[], object]) -> list:
     return list(prof.events())
 
 
-def run_profile_eager_rmsnorm(
-    ceilings, *, dtypes=None, shapes=None, impls=None, quick=False, device="cuda", timer=None
-) -> list[dict]:
+def run_profile_eager_rmsnorm(ceilings, *, dtypes=None, shapes=None, impls=None, quick=False, device="cuda", timer=None) -> list[dict]:
     """Kernels launched by one RMSNorm forward (bf16, 4096×4096): HF eager, F.rms_norm, ours.
 
     ``impls`` may add torch.compile or liger; ``dtypes`` and ``shapes`` replace the defaults
