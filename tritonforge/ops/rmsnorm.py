@@ -114,49 +114,75 @@ RMS_NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 def _rms_norm_fwd_kernel(
     x_ptr,  # *x [M, N]: row stride x_row_stride, unit column stride
     weight_ptr,  # *weight [N], contiguous, x's dtype
-    y_ptr,  # *y [M, N]: row stride y_row_stride, unit column stride, x's dtype
-    rstd_ptr,  # *rstd [M], ACC_DTYPE: 1 / sqrt(mean(x^2) + eps), saved for backward (if STORE_RSTD)
+    y_ptr,  # *y [M, N]: row stride y_row_stride, unit column stride,
+            # x's dtype
+    rstd_ptr,  # *rstd [M], ACC_DTYPE: 1 / sqrt(mean(x^2) + eps), saved
+               # for backward (if STORE_RSTD)
     x_row_stride,  # elements between rows of x (may differ from N)
     y_row_stride,  # elements between rows of y
     N,  # row length (runtime: every N shares one compiled kernel)
-    eps_hi,  # eps = eps_hi + eps_lo: eps rounded to fp32, and the remainder (see kernel_utils.split_float)
-    eps_lo,
+    eps_hi,  # eps = eps_hi + eps_lo: eps rounded to fp32, and the remainder
+    eps_lo,  # (see kernel_utils.split_float)
     BLOCK_N: tl.constexpr,  # columns per block (power of two)
-    ROW_FITS: tl.constexpr,  # one pass, the row kept in registers (needs N <= BLOCK_N); else two passes
+    ROW_FITS: tl.constexpr,  # one pass, the row kept in registers (needs
+                             # N <= BLOCK_N); else two passes
     ACC_DTYPE: tl.constexpr,  # tl.float32, or tl.float64 for float64 inputs
-    ROUND_BF16: tl.constexpr,  # interpreter + bf16: round the downcasts by hand
-    STORE_RSTD: tl.constexpr,  # write rstd (only autograd needs it; inference skips the store)
+    ROUND_BF16: tl.constexpr,  # interpreter + bf16: round downcasts by hand
+    STORE_RSTD: tl.constexpr,  # write rstd (only autograd needs it;
+                               # inference skips the store)
 ):
-    """One program normalizes one row: ``y = w * (x * rstd).to(x.dtype)``, ``rstd = 1/sqrt(mean(x²)+eps)``."""
-    row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2**31
+    """One program normalizes one row: ``y = w * (x * rstd).to(x.dtype)``,
+    ``rstd = 1/sqrt(mean(x²)+eps)``."""
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2^31
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * y_row_stride
     cols = tl.arange(0, BLOCK_N)
     if ROW_FITS:
         mask = cols < N
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-        # w is issued before the reduction waits, and asked to stay in L2 (every row reads it).
-        w = tl.load(weight_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE)))
-        # Hugging Face order: round the normalized row to x's dtype, then multiply by w.
-        x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
-        tl.store(y_row + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+        # w is issued before the reduction waits, and asked to stay in L2
+        # (every row reads it).
+        w = tl.load(weight_ptr + cols, mask=mask, other=0.0,
+                    eviction_policy="evict_last").to(ACC_DTYPE)
+        rstd = 1.0 / tl.sqrt(
+            tl.sum(x * x, axis=0) / N
+            + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE))
+        )
+        # Hugging Face order: round the normalized row to x's dtype, then
+        # multiply by w.
+        x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty,
+                               ROUND_BF16).to(ACC_DTYPE)
+        tl.store(
+            y_row + cols,
+            cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16),
+            mask=mask,
+        )
     else:
-        # Pass 1: sum of squares, block by block (elementwise partial sums, reduced once).
+        # Pass 1: sum of squares, block by block (elementwise partial sums,
+        # reduced once).
         # evict_last: keep the row in L2, pass 2 reads it again.
         sum_sq = tl.zeros([BLOCK_N], dtype=ACC_DTYPE)
         for start in range(0, N, BLOCK_N):
             mask = start + cols < N
-            x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(ACC_DTYPE)
             sum_sq += x * x
-        rstd = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE)))
-        # Pass 2: normalize and store. This re-read of x comes from L2 and is its last use.
+        rstd = 1.0 / tl.sqrt(
+            tl.sum(sum_sq, axis=0) / N
+            + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE))
+        )
+        # Pass 2: normalize and store. This re-read of x comes from L2 and
+        # is its last use.
         for start in range(0, N, BLOCK_N):
             mask = start + cols < N
-            x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(ACC_DTYPE)
-            w = tl.load(weight_ptr + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
-            x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
-            y = cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16)
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(ACC_DTYPE)
+            w = tl.load(weight_ptr + start + cols, mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(ACC_DTYPE)
+            x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty,
+                                   ROUND_BF16).to(ACC_DTYPE)
+            y = cast_for_store(x_hat * w, y_ptr.dtype.element_ty,
+                               ROUND_BF16)
             tl.store(y_row + start + cols, y, mask=mask)
     if STORE_RSTD:
         tl.store(rstd_ptr + row, rstd)
@@ -164,42 +190,54 @@ def _rms_norm_fwd_kernel(
 
 @triton.jit
 def _rms_norm_bwd_kernel(
-    dy_ptr,  # *dy [M, N]: row stride dy_row_stride, unit column stride, x's dtype
+    dy_ptr,  # *dy [M, N]: row stride dy_row_stride, unit column stride,
+             # x's dtype
     x_ptr,  # *x [M, N]: row stride x_row_stride, unit column stride
     weight_ptr,  # *weight [N], contiguous
     rstd_ptr,  # *rstd [M], ACC_DTYPE, from the forward
-    dx_ptr,  # *dx [M, N]: row stride dx_row_stride, x's dtype (unused without COMPUTE_DX)
-    dw_partial_ptr,  # *[programs, N] ACC_DTYPE: this program's sum of dy * xhat over its rows
+    dx_ptr,  # *dx [M, N]: row stride dx_row_stride, x's dtype (unused
+             # without COMPUTE_DX)
+    dw_partial_ptr,  # *[programs, N] ACC_DTYPE: this program's sum of
+                     # dy * xhat over its rows
     dy_row_stride,  # elements between rows of dy
     x_row_stride,  # elements between rows of x
     dx_row_stride,  # elements between rows of dx
     M,  # number of rows
     N,  # row length
-    rows_per_program,  # each program owns rows [pid * rows_per_program, ... + rows_per_program)
+    rows_per_program,  # each program owns rows [pid * rows_per_program,
+                       # ... + rows_per_program)
     BLOCK_N: tl.constexpr,  # columns per block (power of two)
-    ROW_FITS: tl.constexpr,  # N <= BLOCK_N: w and the dw partial stay in registers
+    ROW_FITS: tl.constexpr,  # N <= BLOCK_N: w and the dw partial stay in
+                             # registers
     ACC_DTYPE: tl.constexpr,  # tl.float32, or tl.float64 for float64 inputs
     COMPUTE_DX: tl.constexpr,  # x needs a gradient
     COMPUTE_DW: tl.constexpr,  # weight needs a gradient
-    ROUND_BF16: tl.constexpr,  # interpreter + bf16: round the dx downcast by hand
-    STAGES: tl.constexpr,  # software-pipelining depth of the row loop (1 = none): see bwd_stages
+    ROUND_BF16: tl.constexpr,  # interpreter + bf16: round the dx downcast
+                               # by hand
+    STAGES: tl.constexpr,  # software-pipelining depth of the row loop
+                           # (1 = none): see bwd_stages
 ):
-    """``dx = rstd * (dy*w - xhat * mean(dy*w*xhat))`` per row; ``dw`` partial = sum of ``dy*xhat``."""
+    """``dx = rstd * (dy*w - xhat * mean(dy*w*xhat))`` per row; ``dw``
+    partial = sum of ``dy*xhat``."""
     pid = tl.program_id(0).to(tl.int64)
     row_start = pid * rows_per_program
     row_end = tl.minimum(row_start + rows_per_program, M)
     cols = tl.arange(0, BLOCK_N)
-    dw_row = dw_partial_ptr + pid * N  # this program's private row: no atomics, deterministic
+    # this program's private row: no atomics, deterministic
+    dw_row = dw_partial_ptr + pid * N
     if ROW_FITS:
         mask = cols < N
         w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(ACC_DTYPE)
         dw_acc = tl.zeros([BLOCK_N], dtype=ACC_DTYPE)
-        # With STAGES > 1 the compiler loads the next rows of x and dy (into shared memory) while
-        # this row is computed: one program per SM walks many rows, and without the overlap each
-        # row's load latency is paid in full.
+        # With STAGES > 1 the compiler loads the next rows of x and dy (into
+        # shared memory) while this row is computed: one program per SM
+        # walks many rows, and without the overlap each row's load latency
+        # is paid in full.
         for row in tl.range(row_start, row_end, num_stages=STAGES):
-            x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-            dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(ACC_DTYPE)
+            x = tl.load(x_ptr + row * x_row_stride + cols,
+                        mask=mask, other=0.0).to(ACC_DTYPE)
+            dy = tl.load(dy_ptr + row * dy_row_stride + cols,
+                         mask=mask, other=0.0).to(ACC_DTYPE)
             rstd = tl.load(rstd_ptr + row)
             x_hat = x * rstd
             if COMPUTE_DW:
@@ -208,13 +246,16 @@ def _rms_norm_bwd_kernel(
                 dy_w = dy * w
                 mean_dyw_xhat = tl.sum(dy_w * x_hat, axis=0) / N
                 dx = rstd * (dy_w - x_hat * mean_dyw_xhat)
-                dx_out = cast_for_store(dx, dx_ptr.dtype.element_ty, ROUND_BF16)
-                tl.store(dx_ptr + row * dx_row_stride + cols, dx_out, mask=mask)
+                dx_out = cast_for_store(dx, dx_ptr.dtype.element_ty,
+                                        ROUND_BF16)
+                tl.store(dx_ptr + row * dx_row_stride + cols, dx_out,
+                         mask=mask)
         if COMPUTE_DW:
             tl.store(dw_row + cols, dw_acc, mask=mask)
     else:
-        # Long rows: the dw partial row lives in the (zero-initialized) buffer and is updated
-        # block by block; only this program touches it, so read-modify-write is race-free.
+        # Long rows: the dw partial row lives in the (zero-initialized)
+        # buffer and is updated block by block; only this program touches
+        # it, so read-modify-write is race-free.
         for row in range(row_start, row_end):
             x_row = x_ptr + row * x_row_stride
             dy_row = dy_ptr + row * dy_row_stride
@@ -224,25 +265,35 @@ def _rms_norm_bwd_kernel(
                 acc = tl.zeros([BLOCK_N], dtype=ACC_DTYPE)
                 for start in range(0, N, BLOCK_N):
                     mask = start + cols < N
-                    x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-                    dy = tl.load(dy_row + start + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-                    w = tl.load(weight_ptr + start + cols, mask=mask, other=0.0).to(ACC_DTYPE)
+                    x = tl.load(x_row + start + cols, mask=mask,
+                                other=0.0).to(ACC_DTYPE)
+                    dy = tl.load(dy_row + start + cols, mask=mask,
+                                 other=0.0).to(ACC_DTYPE)
+                    w = tl.load(weight_ptr + start + cols, mask=mask,
+                                other=0.0).to(ACC_DTYPE)
                     acc += dy * w * (x * rstd)
                 mean_dyw_xhat = tl.sum(acc, axis=0) / N
             # Pass 2: dx, and this row's contribution to the dw partial.
             for start in range(0, N, BLOCK_N):
                 mask = start + cols < N
-                x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-                dy = tl.load(dy_row + start + cols, mask=mask, other=0.0).to(ACC_DTYPE)
+                x = tl.load(x_row + start + cols, mask=mask,
+                            other=0.0).to(ACC_DTYPE)
+                dy = tl.load(dy_row + start + cols, mask=mask,
+                             other=0.0).to(ACC_DTYPE)
                 x_hat = x * rstd
                 if COMPUTE_DX:
-                    w = tl.load(weight_ptr + start + cols, mask=mask, other=0.0).to(ACC_DTYPE)
+                    w = tl.load(weight_ptr + start + cols, mask=mask,
+                                other=0.0).to(ACC_DTYPE)
                     dx = rstd * (dy * w - x_hat * mean_dyw_xhat)
-                    dx_out = cast_for_store(dx, dx_ptr.dtype.element_ty, ROUND_BF16)
-                    tl.store(dx_ptr + row * dx_row_stride + start + cols, dx_out, mask=mask)
+                    dx_out = cast_for_store(dx, dx_ptr.dtype.element_ty,
+                                            ROUND_BF16)
+                    tl.store(dx_ptr + row * dx_row_stride + start + cols,
+                             dx_out, mask=mask)
                 if COMPUTE_DW:
-                    partial = tl.load(dw_row + start + cols, mask=mask, other=0.0)
-                    tl.store(dw_row + start + cols, partial + dy * x_hat, mask=mask)
+                    partial = tl.load(dw_row + start + cols, mask=mask,
+                                      other=0.0)
+                    tl.store(dw_row + start + cols, partial + dy * x_hat,
+                             mask=mask)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -351,15 +402,19 @@ def bwd_programs_per_sm(row_bytes: int, stages: int) -> int:
     return 2 if row_bytes >= 8 * 1024 else 3
 
 
-def bwd_grid(M: int, device: torch.device, programs_per_sm: int = 1) -> tuple[int, int]:
-    """``(programs, rows_per_program)`` for the backward: ``programs_per_sm`` programs per SM on a
-    GPU (each walks a contiguous block of rows), a few in the interpreter."""
+def bwd_grid(M: int, device: torch.device,
+             programs_per_sm: int = 1) -> tuple[int, int]:
+    """``(programs, rows_per_program)`` for the backward:
+    ``programs_per_sm`` programs per SM on a GPU (each walks a contiguous
+    block of rows), a few in the interpreter."""
     if device.type == "cuda" and not runtime.interpreting():
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = (device.index if device.index is not None
+                 else torch.cuda.current_device())
         target = runtime.sm_count(index) * programs_per_sm
     else:
         target = INTERPRETER_BWD_PROGRAMS
-    # Ceil division in plain ints (triton.cdiv is a constexpr_function: ~2 µs of Python a call).
+    # Ceil division in plain ints (triton.cdiv is a constexpr_function:
+    # ~2 µs of Python a call).
     rows_per_program = -(-M // max(1, min(M, target)))
     return -(-M // rows_per_program), rows_per_program
 
@@ -375,12 +430,15 @@ def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tenso
 
 
 def as_rows(t: torch.Tensor, N: int) -> torch.Tensor:
-    """``[..., N] -> [M, N]`` with unit column stride: a view whenever the layout allows one."""
+    """``[..., N] -> [M, N]`` with unit column stride: a view whenever the
+    layout allows one."""
     if N > 1 and t.stride(-1) != 1:
-        t = t.contiguous()  # e.g. a transposed view: the kernels need unit stride along a row
+        # e.g. a transposed view: the kernels need unit stride along a row
+        t = t.contiguous()
     if t.dim() == 2:
         return t
-    return t.reshape(-1, N)  # a view unless the leading dims cannot share one row stride
+    # a view unless the leading dims cannot share one row stride
+    return t.reshape(-1, N)
 
 
 def out_dtype(x_dtype: torch.dtype, weight_dtype: torch.dtype) -> torch.dtype:
@@ -421,11 +479,13 @@ def rms_norm_bwd(
     compute_dx: bool = True,
     compute_dweight: bool = True,
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """Launch the backward kernel. Returns ``(dx, dweight)`` (``None`` for a gradient not asked):
-    dx in x's dtype and shape, dweight in weight's dtype."""
+    """Launch the backward kernel. Returns ``(dx, dweight)`` (``None`` for a
+    gradient not asked): dx in x's dtype and shape, dweight in weight's
+    dtype."""
     N = x.shape[-1]
     x_rows = as_rows(x, N)  # [M, N]
-    dy_rows = as_rows(dy, N)  # [M, N]; a copy when dy is not row-major (e.g. expanded)
+    # [M, N]; a copy when dy is not row-major (e.g. expanded)
+    dy_rows = as_rows(dy, N)
     weight = weight.contiguous()  # [N]
     M = x_rows.shape[0]
     device = x.device
@@ -433,22 +493,32 @@ def rms_norm_bwd(
     block_n, num_warps = row_config(N, x.dtype, backward=True)
     row_fits = N <= block_n
     stages = bwd_stages(block_n, x.dtype, device) if row_fits else 1
-    programs, rows_per_program = bwd_grid(M, device, bwd_programs_per_sm(block_n * x.element_size(), stages))
-    dx = _empty(*x.shape, dtype=x.dtype, device=device) if compute_dx else None  # x's shape, owns its storage
+    programs, rows_per_program = bwd_grid(
+        M, device, bwd_programs_per_sm(block_n * x.element_size(), stages))
+    # dx: x's shape, owns its storage
+    dx = (_empty(*x.shape, dtype=x.dtype, device=device)
+          if compute_dx else None)
     dw_partial = None
-    if compute_dweight:  # [programs, N]; long rows accumulate into it, so it starts at zero
-        dw_partial = _empty(programs, N, dtype=acc, device=device) if row_fits else torch.zeros(programs, N, dtype=acc, device=device)
-    dx_rows = dx.view(M, N) if dx is not None else dy_rows  # placeholder pointers are never touched
+    if compute_dweight:
+        # [programs, N]; long rows accumulate into it, so it starts at zero
+        dw_partial = (
+            _empty(programs, N, dtype=acc, device=device) if row_fits
+            else torch.zeros(programs, N, dtype=acc, device=device)
+        )
+    # placeholder pointers are never touched
+    dx_rows = dx.view(M, N) if dx is not None else dy_rows
     _rms_norm_bwd_kernel[(programs,)](
         dy_rows, x_rows, weight, rstd, dx_rows,
         dw_partial if dw_partial is not None else rstd,
         dy_rows.stride(0), x_rows.stride(0), dx_rows.stride(0),
         M, N, rows_per_program,
         BLOCK_N=block_n, ROW_FITS=row_fits, ACC_DTYPE=acc_dtype(x.dtype),
-        COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dweight, ROUND_BF16=round_bf16_by_hand(x.dtype),
+        COMPUTE_DX=compute_dx, COMPUTE_DW=compute_dweight,
+        ROUND_BF16=round_bf16_by_hand(x.dtype),
         STAGES=stages, num_warps=num_warps,
     )  # fmt: skip
-    dweight = dw_partial.sum(0).to(weight.dtype) if dw_partial is not None else None  # [N]
+    dweight = (dw_partial.sum(0).to(weight.dtype)  # [N]
+               if dw_partial is not None else None)
     return dx, dweight
 
 
@@ -542,7 +612,8 @@ def _(dy, x, weight, rstd, eps, need_dx, need_dweight):
 
 
 def setup_context(ctx, inputs, output):
-    """What the backward keeps from the training forward: x, weight and the per-row rstd."""
+    """What the backward keeps from the training forward: x, weight and the
+    per-row rstd."""
     x, weight, eps = inputs
     _, rstd = output
     ctx.save_for_backward(x, weight, rstd)
@@ -551,24 +622,31 @@ def setup_context(ctx, inputs, output):
 
 
 def backward(ctx, dy, _drstd):
-    """``(dx, dweight, None)`` from dy: the backward operator (routed), or the differentiable
-    reference backward when autograd builds a graph of the gradient (``create_graph=True``)."""
+    """``(dx, dweight, None)`` from dy: the backward operator (routed), or
+    the differentiable reference backward when autograd builds a graph of
+    the gradient (``create_graph=True``)."""
     x, weight, rstd = ctx.saved_tensors
     need_dx, need_dweight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     if not (need_dx or need_dweight):
         return None, None, None
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-        # create_graph=True (a Hessian, a gradient penalty): the gradient must itself be
-        # differentiable, so it is computed by the reference backward, whose PyTorch ops autograd
-        # records (rstd recomputed from x inside the graph). A routed fallback, never zeros.
+        # create_graph=True (a Hessian, a gradient penalty): the gradient
+        # must itself be differentiable, so it is computed by the reference
+        # backward, whose PyTorch ops autograd records (rstd recomputed from
+        # x inside the graph). A routed fallback, never zeros.
         dx, dweight = runtime.dispatch_reference(
-            BACKWARD_OP, "autograd", "create_graph=True: the backward kernel is not differentiable; "
-            "the PyTorch reference backward is, so double backward is exact",
+            BACKWARD_OP, "autograd",
+            "create_graph=True: the backward kernel is not "
+            "differentiable; the PyTorch reference backward is, "
+            "so double backward is exact",
             lambda: rms_norm_bwd_ref(dy, x, weight, ctx.eps),
         )  # fmt: skip
-        return (dx if need_dx else None), (dweight if need_dweight else None), None
-    dx, dweight = rms_norm_backward_op(dy, x, weight, rstd, ctx.eps, need_dx, need_dweight)
-    return (dx if need_dx else None), (dweight if need_dweight else None), None
+        return ((dx if need_dx else None),
+                (dweight if need_dweight else None), None)
+    dx, dweight = rms_norm_backward_op(dy, x, weight, rstd, ctx.eps,
+                                       need_dx, need_dweight)
+    return ((dx if need_dx else None),
+            (dweight if need_dweight else None), None)
 
 
 rms_norm_train_op.register_autograd(backward, setup_context=setup_context)

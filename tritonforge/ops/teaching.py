@@ -69,15 +69,16 @@ def _vector_add_kernel(
     x_ptr,  # *x, contiguous, n_elements values
     y_ptr,  # *y, contiguous, same dtype and length
     out_ptr,  # *out, contiguous, written in x's dtype
-    n_elements,  # runtime length: not constexpr, one kernel serves every length
+    n_elements,  # length, not constexpr: one kernel serves every length
     BLOCK: tl.constexpr,  # elements per program, a power of two
 ):
-    pid = tl.program_id(0).to(tl.int64)  # which program am I? (int64: no overflow)
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)  # [BLOCK] indices of my block
+    pid = tl.program_id(0).to(tl.int64)  # which program am I? (no overflow)
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)  # my block: [BLOCK] indices
     mask = offsets < n_elements  # False past the end (last block only)
-    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)  # compute in float32
+    # Compute in float32; round once, to the output's dtype.
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
     y = tl.load(y_ptr + offsets, mask=mask).to(tl.float32)
-    out = (x + y).to(out_ptr.dtype.element_ty)  # round once, to the output's dtype
+    out = (x + y).to(out_ptr.dtype.element_ty)
     tl.store(out_ptr + offsets, out, mask=mask)
 
 
@@ -99,13 +100,17 @@ def _add_2d_kernel(
 ):
     pid_m = tl.program_id(0)  # tile row
     pid_n = tl.program_id(1)  # tile column
-    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # [BLOCK_M]
-    cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)  # [BLOCK_N]
+    # my tile's row indices [BLOCK_M] and column indices [BLOCK_N]
+    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     r, c = rows[:, None], cols[None, :]  # [BLOCK_M, 1] and [1, BLOCK_N]
-    mask = (r < M) & (c < N)  # [BLOCK_M, BLOCK_N]: the tile within the tensor
-    x = tl.load(x_ptr + r * stride_xm + c * stride_xn, mask=mask).to(tl.float32)
-    y = tl.load(y_ptr + r * stride_ym + c * stride_yn, mask=mask).to(tl.float32)
-    out = (x + y).to(out_ptr.dtype.element_ty)  # round once, to the output's dtype
+    mask = (r < M) & (c < N)  # [BLOCK_M, BLOCK_N]: inside the tensor
+    # Compute in float32; round once, to the output's dtype.
+    x = tl.load(x_ptr + r * stride_xm + c * stride_xn,
+                mask=mask).to(tl.float32)
+    y = tl.load(y_ptr + r * stride_ym + c * stride_yn,
+                mask=mask).to(tl.float32)
+    out = (x + y).to(out_ptr.dtype.element_ty)
     tl.store(out_ptr + r * stride_om + c * stride_on, out, mask=mask)
 
 
