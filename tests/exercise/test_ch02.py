@@ -5,9 +5,11 @@ the reference solutions, and name the mistake."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
 from tritonforge import exercise
+from tritonforge.reference import TOLERANCE
 
 import triton
 import triton.language as tl
@@ -280,7 +282,69 @@ def test_transpose_failures_come_with_a_picture():
     assert pictured and all(r.picture for r in swapped.rows if not r.passed)
     assert any("?" in p and "!" in p for p in pictured)
     solved = exercise.check_transpose(notebooks.solution("ex02c_transpose", "transpose_kernel"))
-    assert solved.passed and not any(r.picture for r in solved.rows) and "output [" not in str(solved)
+    assert solved.passed and not any(r.picture for r in solved.rows) and "out [" not in str(solved)
+
+
+# Pictures of the other two exercises' failed cases ----------------------------------------------
+
+
+def row_of(report, prefix: str):
+    return next(r for r in report.rows if r.case.startswith(prefix))
+
+
+def drawn(picture: str) -> list[str]:
+    """A picture's lines between its heading and its legend."""
+    return picture.splitlines()[1:-1]
+
+
+def case_inputs(cases, prefix: str):
+    """The inputs a check gives the case named ``prefix…`` (case i draws from the default seed + i)."""
+    index = next(i for i, c in enumerate(cases) if c.name.startswith(prefix))
+    return cases[index].inputs(torch.Generator().manual_seed(exercise.core.DEFAULT_SEED + index))
+
+
+def test_bias_relu_picture_marks_the_spoiled_elements_and_the_frame():
+    """Bias broadcast down the columns spoils exactly the elements where relu(x + bias[row])
+    differs from relu(x + bias[col]): the picture marks those with ``x`` and nothing else. A store
+    without a mask leaves every element right and writes the frame, right of the rows and below
+    them, as far as the 16 × 16 tiles reach (every drawn cell of it, for 20 × 41)."""
+    case = "every 3rd column 20×41"
+    inp = case_inputs(exercise.bias_relu_2d_cases(), case)
+    x, bias = inp["x"].view.double(), inp["bias"].view.double()
+    right = torch.clamp_min(x + bias[None, :], 0.0)
+    spoiled = (torch.clamp_min(x + bias[: x.shape[0], None], 0.0) - right).abs() > TOLERANCE[torch.float32] * max(1.0, float(right.abs().max()))
+    by_row = row_of(exercise.check_bias_relu_2d(bias_relu_bias_by_row), case)
+    expected_lines = ["".join("x" if bad else "·" for bad in line) + "|" for line in spoiled.tolist()]
+    assert drawn(by_row.picture) == [*expected_lines, "-" * 41 + "+"]
+    assert "".join(drawn(by_row.picture)).count("x") == int(spoiled.sum()) > 0
+
+    unmasked = exercise.check_bias_relu_2d(bias_relu_unmasked_store)
+    assert drawn(row_of(unmasked, case).picture) == ["·" * 41 + "|!!!"] * 20 + ["-" * 41 + "+"] + ["!" * 44] * 3
+    assert "written past the output's edge" in str(unmasked)
+
+
+@triton.jit
+def row_max_stores_one_row_late(x_ptr, out_ptr, N, stride_xm, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.full([BLOCK_N], float("-inf"), tl.float32)
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(x_ptr + row * stride_xm + start + cols, mask=start + cols < N, other=float("-inf")).to(tl.float32)
+        acc = tl.maximum(acc, x)
+    tl.store(out_ptr + row + 1, tl.max(acc, axis=0))  # out[row + 1]: row 0 never written, the last one past the end
+
+
+def test_row_max_picture_is_a_strip_of_the_rows():
+    """One character per row's maximum: a zero accumulator spoils every row of an all-negative
+    case; a store one row late leaves row 0 unwritten, puts every other maximum in the wrong row
+    and writes one past the end. A case that passes has no picture."""
+    case = "5×77, all negative"
+    zero = exercise.check_row_max(row_max_zero_init)
+    assert row_of(zero, case).picture.splitlines()[0] == "out [5]:"
+    assert drawn(row_of(zero, case).picture) == ["xxxxx|"]
+    assert row_of(zero, "7×100, mixed signs").passed and row_of(zero, "7×100, mixed signs").picture == ""
+    late = exercise.check_row_max(row_max_stores_one_row_late)
+    assert drawn(row_of(late, case).picture) == ["?xxxx|!"]
 
 
 @pytest.mark.gpu

@@ -485,3 +485,50 @@ def test_ex03c_mistakes_fail_the_cases_built_for_them(wrong, spared):
 def test_gpu_chapter_3_checks_on_compiled_kernels(stem, tmp_path):
     name, check, planted = TABLE[stem]
     notebooks.assert_gpu_checks_on_compiled_kernels(stem, name, check, planted, tmp_path, skip=INTERPRETER_ONLY_MISTAKES)
+
+
+# Pictures of a failed case ------------------------------------------------------------------------
+
+
+def row_of(report, prefix: str):
+    return next(r for r in report.rows if r.case.startswith(prefix))
+
+
+def drawn(picture: str) -> list[str]:
+    """A picture's lines between its heading and its legend."""
+    return picture.splitlines()[1:-1]
+
+
+def test_layer_norm_picture_shows_the_rows_read_from_the_wrong_place():
+    """Rows assumed N apart: row 0 is right, every other row of the strided case reads the NaN
+    between rows, and the picture marks each of its elements ``?`` (111 of them, the count the
+    detail gives); the cases that pass have no picture."""
+    report = exercise.check_layer_norm_fwd(layer_norm_ignores_row_stride)
+    strided = row_of(report, "float32 4×37, strided rows")
+    assert strided.picture.splitlines()[0] == "y [4, 37]:"
+    assert drawn(strided.picture) == ["·" * 37 + "|"] + ["?" * 37 + "|"] * 3 + ["-" * 37 + "+"]
+    assert "".join(drawn(strided.picture)).count("?") == 111 and strided.detail.startswith("111 of 148 elements are NaN")
+    assert all(not r.picture for r in report.rows if r.passed)
+
+
+def test_fused_add_picture_draws_both_outputs():
+    """h never stored: the picture draws h (every element ``?``) above y (every element right).
+    A kernel whose only fault is the rounding order (scattered elements, said in the detail)
+    gets no picture."""
+    forgets_h = row_of(exercise.check_fused_add_rms_norm(fused_add_forgets_h), "float32 6×37")
+    lines = forgets_h.picture.splitlines()
+    assert lines[0] == "h [6, 37]:" and lines[1:8] == ["?" * 37 + "|"] * 6 + ["-" * 37 + "+"]
+    assert lines[8] == "y [6, 37]:" and lines[9:16] == ["·" * 37 + "|"] * 6 + ["-" * 37 + "+"]
+    assert lines[16:] == [exercise.core.PICTURE_LEGEND]
+    unrounded = exercise.check_fused_add_rms_norm(fused_add_normalizes_unrounded_h)
+    failed = [r for r in unrounded.rows if not r.passed]
+    assert failed and not any(r.picture for r in failed)
+
+
+def test_long_rows_picture_folds_the_row_in_blocks():
+    """Storing only the first block of 32: rows of 100 are drawn two columns to a character, the
+    first 16 characters right and the other 34 never written (68 columns a row, 272 in all)."""
+    row = row_of(exercise.check_rms_norm_long_rows(long_rows_stores_first_block_only), "float32 4×100")
+    assert row.picture.splitlines()[0] == "y [4, 100] (2 columns to a character):"
+    assert drawn(row.picture) == ["·" * 16 + "?" * 34 + "|"] * 4 + ["-" * 50 + "+"]
+    assert row.detail.startswith(f"{2 * 34 * 4} of 400 elements are NaN")

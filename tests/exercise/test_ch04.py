@@ -376,3 +376,47 @@ def test_ex04c_names_the_mistake(wrong, hint):
 def test_gpu_chapter_4_checks_on_compiled_kernels(stem, tmp_path):
     name, check, planted = TABLE[stem]
     notebooks.assert_gpu_checks_on_compiled_kernels(stem, name, check, planted, tmp_path)
+
+
+# Pictures of a failed case ------------------------------------------------------------------------
+
+
+def row_of(report, prefix: str):
+    return next(r for r in report.rows if r.case.startswith(prefix))
+
+
+def drawn(picture: str) -> list[str]:
+    """A picture's lines between its heading and its legend."""
+    return picture.splitlines()[1:-1]
+
+
+def test_dweight_picture_is_a_line_per_program():
+    """Programs without rows that store nothing: P = 8 over M = 3 rows leaves the partial rows of
+    programs 3 to 7 unwritten, 250 elements marked ``?``, one line per program; a group that
+    runs one row too far spoils its program's line and no other."""
+    empty = row_of(exercise.check_rms_norm_dweight(dweight_skips_empty_programs), "P > M")
+    assert empty.picture.splitlines()[0] == "partial [8, 50]:"
+    assert drawn(empty.picture) == ["·" * 50 + "|"] * 3 + ["?" * 50 + "|"] * 5 + ["-" * 50 + "+"]
+    assert "".join(drawn(empty.picture)).count("?") == 250 and empty.detail.startswith("250 of 400 elements are NaN")
+    inclusive = row_of(exercise.check_rms_norm_dweight(dweight_inclusive_end), "M = 12, P = 4")
+    assert drawn(inclusive.picture) == ["x" * 37 + "|"] * 3 + ["·" * 37 + "|", "-" * 37 + "+"]  # the last group ends at M
+
+
+def test_dx_picture_shows_the_rows_read_with_the_wrong_stride():
+    """dy read with x's row stride: row 0 is right, rows 1 to 4 read the NaN between dy's rows."""
+    report = exercise.check_rms_norm_dx(dx_x_stride_for_dy)
+    strided = row_of(report, "strided rows 5×50")
+    assert strided.picture.splitlines()[0] == "dx [5, 50]:"
+    assert drawn(strided.picture) == ["·" * 50 + "|"] + ["?" * 50 + "|"] * 4 + ["-" * 50 + "+"]
+    assert all(not r.picture for r in report.rows if r.passed)
+
+
+def test_backward_picture_draws_each_gradient():
+    """residual given only dh: dx and dweight right, every element of dresidual wrong; no frame
+    (PyTorch's tensors are not guarded). gradcheck's cases have no picture."""
+    report = exercise.check_fused_add_rms_norm_backward(bwd_residual_gets_only_dh)
+    lines = row_of(report, "4×10").picture.splitlines()
+    assert lines[0] == "dx [4, 10]:" and lines[1:5] == ["·" * 10] * 4
+    assert lines[5] == "dresidual [4, 10]:" and lines[6:10] == ["x" * 10] * 4
+    assert lines[10:] == ["dweight [10]:", "·" * 10, exercise.core.PLAIN_PICTURE_LEGEND]
+    assert all(not r.picture for r in report.rows if "gradcheck" in r.case or r.passed)

@@ -1,6 +1,7 @@
 """The exercise mechanism (tritonforge.exercise.core): a check never raises and says why a case
-failed, reports render as text and HTML, seeds replay, guarded views count writes outside them;
-and every exercise notebook has its check in the registry and a test module."""
+failed, reports render as text and HTML, seeds replay, guarded views count writes outside them,
+pictures of an output mark each element (and fold long rows); and every exercise notebook has its
+check in the registry and a test module."""
 
 from __future__ import annotations
 
@@ -130,3 +131,74 @@ def test_a_trial_never_raises_and_says_why():
     trial = exercise.try_row_max(not_a_kernel, -torch.rand(2, 40) - 0.5)
     assert not trial.passed
     assert str(trial).startswith("row_max_kernel on x [2, 40]: not right yet: TypeError") and "@triton.jit" in str(trial)
+
+
+# Pictures of an output (core.element_map, core.with_picture) ----------------------------------
+
+
+def _drawn(picture: str) -> list[str]:
+    """The picture's lines between its heading and its legend."""
+    return picture.splitlines()[1:-1]
+
+
+def test_element_map_marks_each_element_and_the_frame():
+    """One character per element: right, wrong, NaN; ``!`` where the margin was written, in a
+    frame right of the rows and below them, closed by ``|``, ``-`` and ``+``."""
+    g = exercise.guarded(torch.full((3, 5), float("nan")), (8, 1), margin=(2, 3))
+    expected = torch.arange(15.0).reshape(3, 5)
+    g.view.copy_(expected)
+    g.view[1, 2] = -1.0  # wrong
+    g.view[1, 4] = float("nan")  # never written
+    g.buffer[g.view.storage_offset() + 5] = 0.0  # row 0, one past its end
+    g.buffer[g.view.storage_offset() + 3 * 8 + 1] = 0.0  # one row below, column 1
+    picture = exercise.element_map(g, expected, rtol=0.0, name="out")
+    assert picture.splitlines()[0] == "out [3, 5]:"
+    assert _drawn(picture) == ["·····|!", "··x·?|", "·····|", "-----+", " !"]
+    assert picture.splitlines()[-1] == exercise.core.PICTURE_LEGEND
+
+
+def test_element_map_folds_long_rows_draws_strips_and_plain_tensors():
+    """A row longer than the limit is folded, a power of two of columns to a character showing the
+    worst of them; a 1-D output is a strip with its frame on the right; a tensor that is not a
+    guard has no frame, and one of three dimensions is drawn as rows of its last."""
+    g = exercise.poisoned_output((2, 130), torch.float32, margin=(1, 40), device="cpu")
+    expected = torch.randn(2, 130)
+    g.view[:, :100] = expected[:, :100]  # columns 100-129 never written
+    g.view[1, 5] = 99.0  # wrong, in the group of columns 4-7
+    g.buffer[g.view.storage_offset() + 131] = 1.0  # row 0, two past its end: the first group of the frame
+    picture = exercise.element_map(g, expected, rtol=1e-5, name="y")
+    assert picture.splitlines()[0] == "y [2, 130] (4 columns to a character):"
+    assert _drawn(picture) == ["·" * 25 + "?" * 8 + "|!", "·x" + "·" * 23 + "?" * 8 + "|", "-" * 33 + "+"]
+
+    strip = exercise.poisoned_output((7,), torch.float32, margin=(32,), device="cpu")
+    values = torch.randn(7)
+    strip.view.copy_(values)
+    strip.view[3] = values[3] + 1.0
+    strip.buffer[8] = 0.0  # two past the end
+    assert _drawn(exercise.element_map(strip, values, rtol=0.0, name="out")) == ["···x···| !"]
+
+    grads = torch.randn(2, 3, 4)
+    wrong = grads.clone()
+    wrong[1, 2] += 1.0  # the last of the six rows
+    plain = exercise.element_map(wrong, grads, rtol=1e-10, name="dx")
+    assert plain.splitlines()[0] == "dx [2, 3, 4] (as 6 rows of 4):"
+    assert _drawn(plain) == ["····"] * 5 + ["xxxx"]
+    assert plain.splitlines()[-1] == exercise.core.PLAIN_PICTURE_LEGEND
+
+
+def test_a_picture_only_for_a_failure_with_something_written():
+    """A passed verdict has no picture, nor does a kernel that wrote nothing at all (the detail
+    already says every element is NaN); a picture that cannot be drawn says so."""
+    g = exercise.poisoned_output((2, 3), torch.float32, margin=(1, 2), device="cpu")
+
+    def draw():
+        return exercise.element_map(g, torch.zeros(2, 3), rtol=0.0)
+
+    failed = exercise.Verdict(False, None, "6 of 6 elements are NaN")
+    assert exercise.core.with_picture(exercise.Verdict(True, 0.0, ""), draw, g).picture == ""
+    assert exercise.core.with_picture(failed, draw, g).picture == ""
+    g.view[0, 0] = 1.0
+    assert _drawn(exercise.core.with_picture(failed, draw, g).picture) == ["x??|", "???|", "---+"]
+    assert exercise.core.with_picture(failed, lambda: 1 / 0, g).picture.startswith("(no picture: ZeroDivisionError")
+    hinted = exercise.core.with_hint(exercise.core.with_picture(exercise.Verdict(False, 1.0, "wrong values"), draw, g), "a hint")
+    assert hinted.detail == "wrong values. a hint" and hinted.picture, "a hint keeps the picture"

@@ -1,6 +1,7 @@
 """The grading command (``python -m tritonforge.exercise grade``): it finds the learner's code in a
-notebook, passes the reference solutions, names the failing case of a wrong answer, says "not
-attempted" for an untouched stub, survives a crash, and exits 0 only when every exercise passed.
+notebook, passes the reference solutions, names the failing case of a wrong answer (and draws its
+output), says "not attempted" for an untouched stub, survives a crash, and exits 0 only when every
+exercise passed.
 And the package's copy of each stub (what the tests prove the checks fail on) matches the
 notebook's stub cell."""
 
@@ -131,6 +132,8 @@ def test_grade_names_what_failed_and_why(tmp_path):
     (row_max,) = [line for line in lines if line.startswith("my_row_max (ex02b_row_max)")]
     assert "FAILED" in row_max
     assert "    ✘ 7×100, mixed signs: wrong values" in out and "a load read past the end of a row" in out
+    # under the list, the check's pictures of its first failed cases: the last row read past its end
+    assert "\n\n    7×100, mixed signs:\n      out [7]:\n      ······x|\n      · right" in out
 
     (fused,) = [line for line in lines if line.startswith("ex03b (ex03b_fused_add_rms_norm)")]
     assert "FAILED" in fused
@@ -140,6 +143,7 @@ def test_grade_names_what_failed_and_why(tmp_path):
     assert "ex03a_layer_norm_forward layer_norm_fwd_kernel: FAILED — the code in the cell marked 'your code' did not run: SyntaxError" in out
     assert "ex01a_arithmetic_intensity arithmetic_intensity: FAILED — your code crashed the Python process (killed by SIGABRT)" in out
     assert "ex02a_bias_relu_2d bias_relu_2d_kernel: passed" in out
+    assert lines[lines.index("ex02a_bias_relu_2d bias_relu_2d_kernel: passed — bias_relu_2d_kernel: all 7 cases pass") + 1] == "", "no picture"
     assert "6 exercise notebook(s): 1 passed, 4 failed, 1 not attempted" in out
 
 

@@ -31,6 +31,7 @@ from tritonforge.exercise.core import (
     run_trial,
     snapshot,
     synchronize,
+    with_picture,
 )
 from tritonforge.reference import TOLERANCE
 
@@ -84,12 +85,14 @@ def _bias_relu_run(fn, inp: dict) -> dict:
     before = snapshot(x, bias)
     launch_bias_relu_2d(fn, x.view, bias.view, out.view)
     synchronize(out.view)
-    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, bias), before)}
+    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, bias), before), "guard": out}
 
 
 def _bias_relu_case_of(name: str, inputs) -> Case:
     def compare(got, exp, inp):
-        return compare_tensors(got, exp, rtol=TOLERANCE[inp["x"].view.dtype])
+        rtol = TOLERANCE[inp["x"].view.dtype]
+        verdict = compare_tensors(got, exp, rtol=rtol)
+        return with_picture(verdict, lambda: element_map(got["guard"], exp, rtol=rtol, name="out"), got["guard"])
 
     return Case(
         name=name,
@@ -181,7 +184,7 @@ def _row_max_run(fn, x) -> dict:
     before = snapshot(x)
     launch_row_max(fn, x.view, out.view)
     synchronize(out.view)
-    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x,), before)}
+    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x,), before), "guard": out}
 
 
 def _compare_row_max(got: dict, expected: torch.Tensor, x) -> Verdict:
@@ -191,8 +194,9 @@ def _compare_row_max(got: dict, expected: torch.Tensor, x) -> Verdict:
             f"{ROW_MAX_SENTINEL:g} is the value the check puts around each row: a load read past the end of a row "
             "(or before its start); mask every load with start + cols < N"
         )
-        return Verdict(False, verdict.error, f"{verdict.detail}. {hint}")
-    return verdict
+        verdict = Verdict(False, verdict.error, f"{verdict.detail}. {hint}")
+    # one character per row's maximum: which rows are wrong, and writes past the last one
+    return with_picture(verdict, lambda: element_map(got["guard"], expected, rtol=0.0, name="out"), got["guard"])
 
 
 def _row_max_case_of(name: str, inputs) -> Case:
@@ -302,14 +306,12 @@ def _transpose_run(fn, x) -> dict:
 
 
 def _transpose_picture(got: dict, expected: torch.Tensor) -> str:
-    return element_map(got["guard"], expected, rtol=0.0, margin=TRANSPOSE_OUT_MARGIN)
+    return element_map(got["guard"], expected, rtol=0.0, name="out")
 
 
 def _compare_transpose(got: dict, expected: torch.Tensor, x) -> Verdict:
     verdict = compare_tensors(got, expected, rtol=0.0)  # a transpose moves values: exact
-    if verdict.passed:
-        return verdict
-    return Verdict(False, verdict.error, verdict.detail, picture=_transpose_picture(got, expected))
+    return with_picture(verdict, lambda: _transpose_picture(got, expected), got["guard"])
 
 
 def _transpose_case_of(name: str, inputs) -> Case:

@@ -21,6 +21,7 @@ from tritonforge.exercise.core import (
     changed,
     check,
     compare_tensors,
+    element_map,
     guarded,
     kernel_device,
     poisoned_output,
@@ -30,6 +31,7 @@ from tritonforge.exercise.core import (
     snapshot,
     synchronize,
     with_hint,
+    with_picture,
 )
 from tritonforge.kernel_utils import round_bf16_by_hand
 from tritonforge.reference import TOLERANCE, rms_norm_ref
@@ -83,13 +85,19 @@ def _layer_norm_run(fn, inp: dict) -> dict:
     before = snapshot(x, weight, bias)
     launch_layer_norm_fwd(fn, x.view, weight.view, bias.view, out.view)
     synchronize(out.view)
-    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, weight, bias), before)}
+    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, weight, bias), before), "guard": out}
+
+
+def _rows_picture(verdict: Verdict, got: dict, expected: torch.Tensor, rtol: float) -> Verdict:
+    """A failed row-wise verdict with a picture of ``y``, a line per row (long rows folded), in its margin."""
+    guard = got["guard"]
+    return with_picture(verdict, lambda: element_map(guard, expected, rtol=rtol, name="y"), guard)
 
 
 def _layer_norm_case_of(name: str, inputs, *, rtol: Optional[float] = None, hint: str = "", dtype: Optional[torch.dtype] = None) -> Case:
     def compare(got, exp, inp):
         tol = TOLERANCE[inp["x"].view.dtype] if rtol is None else rtol
-        return with_hint(compare_tensors(got, exp, rtol=tol), hint)
+        return _rows_picture(with_hint(compare_tensors(got, exp, rtol=tol), hint), got, exp, tol)
 
     return Case(
         name=name,
@@ -228,6 +236,12 @@ def launch_fused_add_rms_norm(
     return h, y
 
 
+def _fused_add_picture(got: dict, expected: dict) -> str:
+    """Both outputs, ``h`` exact and ``y`` within the float64 comparison's budget."""
+    h = element_map(got["h_guard"], expected["h"], rtol=0.0, name="h", legend=False)
+    return h + "\n" + element_map(got["y_guard"], expected["y64"], rtol=TOLERANCE[expected["h"].dtype], name="y")
+
+
 def _compare_fused_add(got: dict, expected: dict, inputs: dict) -> Verdict:
     dtype = expected["h"].dtype
     h = compare_tensors({"out": got["h"], "outside": got["h_outside"], "inputs_changed": got["inputs_changed"]}, expected["h"], rtol=0.0)
@@ -252,7 +266,10 @@ def _compare_fused_add(got: dict, expected: dict, inputs: dict) -> Verdict:
     errors = [e for e in (h.error, y.error) if e is not None]
     finite = [e for e in errors if not math.isnan(e)]
     error = max(finite) if finite else (float("nan") if errors else None)
-    return Verdict(not problems, error, "; ".join(problems))
+    verdict = Verdict(not problems, error, "; ".join(problems))
+    if h.passed and y.passed:  # only the rounding order is off: scattered elements, said in the detail
+        return verdict
+    return with_picture(verdict, lambda: _fused_add_picture(got, expected), got["h_guard"], got["y_guard"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,6 +311,8 @@ def _fused_add_run(fn, inp: dict) -> dict:
         "h_outside": h.outside_written(),
         "y_outside": y.outside_written(),
         "inputs_changed": changed((x, residual, weight), before),
+        "h_guard": h,
+        "y_guard": y,
     }
 
 
@@ -431,7 +450,7 @@ def _long_rows_run(fn, inp: dict) -> dict:
     before = snapshot(x, weight)
     launch_rms_norm_long_rows(fn, x.view, weight.view, y.view)
     synchronize(y.view)
-    return {"out": y.view, "outside": y.outside_written(), "inputs_changed": changed((x, weight), before)}
+    return {"out": y.view, "outside": y.outside_written(), "inputs_changed": changed((x, weight), before), "guard": y}
 
 
 def _long_rows_expected(inp: dict) -> torch.Tensor:
@@ -445,7 +464,8 @@ RMS_NORM_LONG_ROWS_HINT = (
 
 
 def _compare_long_rows(got, expected, inp) -> Verdict:
-    return with_hint(compare_tensors(got, expected, rtol=TOLERANCE[inp["x"].view.dtype]), RMS_NORM_LONG_ROWS_HINT)
+    rtol = TOLERANCE[inp["x"].view.dtype]
+    return _rows_picture(with_hint(compare_tensors(got, expected, rtol=rtol), RMS_NORM_LONG_ROWS_HINT), got, expected, rtol)
 
 
 def _long_rows_case(name: str, spec: _RowsSpec, *, scale: float = 1.0) -> Case:

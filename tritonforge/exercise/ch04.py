@@ -22,6 +22,7 @@ from tritonforge.exercise.core import (
     changed,
     check,
     compare_tensors,
+    element_map,
     format_values,
     guarded,
     kernel_device,
@@ -32,6 +33,7 @@ from tritonforge.exercise.core import (
     snapshot,
     synchronize,
     with_hint,
+    with_picture,
 )
 from tritonforge.reference import TOLERANCE
 
@@ -91,8 +93,10 @@ def _compare_dweight(got: dict, expected: dict, inputs: dict) -> Verdict:
         if 0 < len(wrong) < programs:  # name the culprits when some rows are right
             shown = ", ".join(f"{p} ({_group_text(p, M, programs)})" for p in wrong[:3])
             more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
-            return Verdict(False, verdict.error, f"{verdict.detail}; wrong partial rows: {shown}{more}")
-        return verdict
+            verdict = Verdict(False, verdict.error, f"{verdict.detail}; wrong partial rows: {shown}{more}")
+        # one line per program's partial row: which programs are wrong, or never stored
+        guard = got["guard"]
+        return with_picture(verdict, lambda: element_map(guard, expected["partial"], rtol=TOLERANCE[torch.float32], name="partial"), guard)
     total = compare_tensors({"out": got["dweight"]}, expected["dweight"], rtol=TOLERANCE[torch.float32])
     return total if not total.passed else Verdict(True, max(verdict.error, total.error), "")
 
@@ -127,7 +131,13 @@ def _dweight_run(fn, inp: dict) -> dict:
     before = snapshot(dy, x, rstd)
     dweight, _ = launch_rms_norm_dweight(fn, dy.view, x.view, rstd.view, programs, partial.view)
     synchronize(dweight)
-    return {"out": partial.view, "dweight": dweight, "outside": partial.outside_written(), "inputs_changed": changed((dy, x, rstd), before)}
+    return {
+        "out": partial.view,
+        "dweight": dweight,
+        "outside": partial.outside_written(),
+        "inputs_changed": changed((dy, x, rstd), before),
+        "guard": partial,
+    }
 
 
 def _dweight_expected(inp: dict) -> dict:
@@ -243,7 +253,7 @@ def _dx_run(fn, inp: dict) -> dict:
     before = snapshot(dy, x, weight, rstd)
     launch_rms_norm_dx(fn, dy.view, x.view, weight.view, rstd.view, dx.view)
     synchronize(dx.view)
-    return {"out": dx.view, "outside": dx.outside_written(), "inputs_changed": changed((dy, x, weight, rstd), before)}
+    return {"out": dx.view, "outside": dx.outside_written(), "inputs_changed": changed((dy, x, weight, rstd), before), "guard": dx}
 
 
 def _dx_expected(inp: dict) -> torch.Tensor:
@@ -257,7 +267,9 @@ RMS_NORM_DX_HINT = (
 
 
 def _compare_dx(got, expected, inp) -> Verdict:
-    return with_hint(compare_tensors(got, expected, rtol=TOLERANCE[inp["x"].view.dtype]), RMS_NORM_DX_HINT)
+    rtol = TOLERANCE[inp["x"].view.dtype]
+    verdict = with_hint(compare_tensors(got, expected, rtol=rtol), RMS_NORM_DX_HINT)
+    return with_picture(verdict, lambda: element_map(got["guard"], expected, rtol=rtol, name="dx"), got["guard"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -461,6 +473,16 @@ def _bwd_hint(name: str, got: torch.Tensor, expected: torch.Tensor, inp: dict) -
     return "dx = dresidual = dh + rstd · (dy·w − ĥ · mean(dy·w·ĥ over the row, dim −1)), ĥ = h · rstd: both reach the outputs through h"
 
 
+def _bwd_picture(got, expected) -> str:
+    """Each gradient that came back with the right shape, element by element (``dx`` and
+    ``dresidual`` a line per row, ``dweight`` one line)."""
+    names = ("dx", "dresidual", "dweight")
+    drawn = [(n, g, e) for n, g, e in zip(names, got, expected) if g is not None and tuple(g.shape) == tuple(e.shape)]
+    return "\n".join(
+        element_map(g.detach(), e, rtol=FUSED_ADD_BWD_RTOL, name=n, legend=k == len(drawn) - 1) for k, (n, g, e) in enumerate(drawn)
+    )
+
+
 def _compare_bwd(got, expected, inp) -> Verdict:
     if inp["gradcheck"]:
         if got.get("gradcheck"):
@@ -486,7 +508,8 @@ def _compare_bwd(got, expected, inp) -> Verdict:
                 problems.append(([name], hint))
     error = max(errors) if errors else None
     text = [p if isinstance(p, str) else f"{' and '.join(p[0])} wrong: {p[1]}" for p in problems]
-    return Verdict(not problems, error, "; ".join(text))
+    verdict = Verdict(not problems, error, "; ".join(text))
+    return with_picture(verdict, lambda: _bwd_picture(got, expected)) if errors else verdict
 
 
 def _bwd_case(name: str, spec: _BwdSpec) -> Case:

@@ -21,7 +21,10 @@ poisoned with NaN (an element the kernel never writes fails the case), and every
 and outputs — is a view into a larger buffer whose margins are NaN, wide enough to hold a whole
 tile past each edge. A kernel that forgets a mask therefore reads NaN and writes into the margin
 instead of into someone else's memory (which can crash the process in Triton's interpreter), and
-:func:`compare_tensors` reports the writes it finds there.
+:func:`compare_tensors` reports the writes it finds there. For a failed case the checks draw the
+output (:func:`element_map`, attached by :func:`with_picture`): one character per element, right,
+wrong or NaN, framed by the margin with a mark where the kernel wrote into it; a
+:class:`Report` shows the pictures of its first two failed cases under its table.
 
 The helpers at the end (:func:`require_kernel`, :func:`snapshot` / :func:`changed`, ...) are
 shared by the chapters' launchers and cases.
@@ -140,11 +143,11 @@ class Report:
         lines = [self.summary(), ""]
         for row in [header, *body]:
             lines.append("  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
-        for r in self._pictured():
+        for r in self.pictured():
             lines += ["", f"{r.case}:", r.picture]
         return "\n".join(lines)
 
-    def _pictured(self) -> list[Row]:
+    def pictured(self) -> list[Row]:
         """The failed rows that carry a picture (at most two: the first failures tell enough)."""
         return [r for r in self.rows if r.picture and not r.passed and not r.skipped][:2]
 
@@ -170,7 +173,7 @@ class Report:
                 "</tr>"
             )
         head = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("case", "verdict", "max error", "detail"))
-        pictures = "".join(f"<p><b>{html.escape(r.case)}</b></p><pre>{html.escape(r.picture)}</pre>" for r in self._pictured())
+        pictures = "".join(f"<p><b>{html.escape(r.case)}</b></p><pre>{html.escape(r.picture)}</pre>" for r in self.pictured())
         return (
             f"<p style='color:{colour}'><b>{html.escape(self.summary())}</b></p>"
             f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(cells)}</tbody></table>{pictures}"
@@ -304,6 +307,7 @@ class Guarded:
 
     view: torch.Tensor
     buffer: torch.Tensor  # 1-D, the whole allocation
+    margin: tuple[int, ...] = ()  # NaN indices past each dimension's end that the buffer holds (:func:`element_map`'s frame)
 
     def outside_written(self) -> int:
         inside = torch.zeros(self.buffer.numel(), dtype=torch.bool, device=self.buffer.device)
@@ -335,7 +339,7 @@ def guarded(
     buffer = torch.full((size,), fill, dtype=values.dtype, device=device)
     view = buffer.as_strided(tuple(shape), tuple(strides), offset)
     view.copy_(values.to(device))
-    return Guarded(view, buffer)
+    return Guarded(view, buffer, tuple(margin))
 
 
 def poisoned_output(shape: Sequence[int], dtype: torch.dtype, *, margin: Sequence[int], device: str) -> Guarded:
@@ -386,44 +390,125 @@ def compare_tensors(got: dict, expected: torch.Tensor, *, rtol: float) -> Verdic
 
 
 PICTURE_LEGEND = "· right   x wrong value   ? never written (NaN)   ! written past the output's edge (the frame)"
+PLAIN_PICTURE_LEGEND = "· right   x wrong value   ? NaN"
+"""The legend of a picture without a frame (a tensor that was not guarded, e.g. a gradient from PyTorch code)."""
 
 
-def element_map(out: Guarded, expected: torch.Tensor, *, rtol: float, margin: Sequence[int] = (0, 0), limit: tuple[int, int] = (24, 60)) -> str:
-    """A text picture of a 2-D output after a kernel ran: one character per element, ``·`` right,
-    ``x`` wrong, ``?`` never written, and, in a frame of up to three of the ``margin`` rows below
-    and columns to the right (the padding a tile past the edge lands in), ``!`` where the kernel
-    wrote. At most ``limit`` rows and columns of the output are drawn (the frame only on a side
-    drawn whole)."""
-    view = out.view
-    R, C = view.shape
-    stride_r, stride_c = view.stride()
-    rows_in, cols_in = min(R, limit[0]), min(C, limit[1])
-    rows = rows_in + (min(margin[0], 3) if rows_in == R else 0)
-    cols = cols_in + (min(margin[1], 3) if cols_in == C else 0)
-    i = torch.arange(rows, device=view.device)[:, None]
-    j = torch.arange(cols, device=view.device)[None, :]
-    address = (view.storage_offset() + i * stride_r + j * stride_c).clamp(0, out.buffer.numel() - 1)
-    cells = out.buffer[address].detach().double().cpu()
-    exp = torch.full((rows, cols), float("nan"), dtype=torch.float64)
-    exp[:rows_in, :cols_in] = expected.detach().double().cpu()[:rows_in, :cols_in]
-    scale = max(1.0, float(expected.double().abs().max())) if expected.numel() else 1.0
-    wrong = (cells - exp).abs() > rtol * scale
+def _map_columns(columns: int, limit: int) -> int:
+    """Columns to a character: 1 while a row fits in ``limit`` characters, else the smallest power
+    of two that makes it fit (a power of two, so a character never straddles two blocks of a
+    power-of-two ``BLOCK_N``)."""
+    per_char = 1
+    while math.ceil(columns / per_char) > limit:
+        per_char *= 2
+    return per_char
+
+
+def element_map(
+    out: Guarded | torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    rtol: float,
+    margin: Optional[Sequence[int]] = None,
+    limit: tuple[int, int] = (24, 64),
+    name: str = "output",
+    legend: bool = True,
+) -> str:
+    """A text picture of an output after a kernel ran: ``·`` right, ``x`` wrong (by more than
+    ``rtol * max(1, max|expected|)``, as :func:`compare_tensors` judges), ``?`` NaN (never
+    written), and, for a :class:`Guarded` output, a frame of up to three of the ``margin`` rows
+    below and three characters of its columns to the right (the padding a tile past the edge
+    lands in; the guard's own margin unless one is given), ``!`` where the kernel wrote there.
+
+    A 1-D output is one line (a strip); a 2-D one is a line per row, the first ``limit[0]`` rows
+    (the frame below only when every row is drawn); more dimensions are drawn as rows of the
+    last one. A row longer than ``limit[1]`` characters is folded: each character stands for a
+    group of columns (a power of two of them), and shows the worst of the group (``?``, then
+    ``x``, then ``·``; ``!`` if any of the frame's group was written). ``name`` heads the
+    picture; ``legend=False`` leaves the legend off (for the first of several pictures)."""
+    view = out.view if isinstance(out, Guarded) else out.detach()
+    shape = list(view.shape)
+    if margin is None:
+        margin = out.margin if isinstance(out, Guarded) else ()
+    margin = [*margin, 0, 0][: max(view.dim(), 2)]
+    if view.dim() == 1:  # a strip: one row, no frame below
+        rows2d = view.as_strided((1, shape[0]), (0, view.stride(0)), view.storage_offset()) if isinstance(out, Guarded) else view[None]
+        margin = (0, margin[0])
+    elif view.dim() == 2:
+        rows2d = view
+    else:  # rows of the last dimension (no frame: a guard of more dimensions is not drawn with one)
+        rows2d = view.reshape(-1, shape[-1])
+        out = rows2d
+    exp = expected.detach().double().cpu().reshape(rows2d.shape)
+    R, C = rows2d.shape
+    framed = isinstance(out, Guarded)
+    rows_in = min(R, limit[0])
+    per_char = _map_columns(C, limit[1])
+    frame_rows = min(margin[0], 3) if framed and rows_in == R else 0
+    frame_cols = min(margin[1], 3 * per_char) if framed else 0
+    rows, cols = rows_in + frame_rows, C + frame_cols
+    if framed:
+        buffer = out.buffer
+        stride_r, stride_c = rows2d.stride()
+        i = torch.arange(rows, device=buffer.device)[:, None]
+        j = torch.arange(cols, device=buffer.device)[None, :]
+        address = (rows2d.storage_offset() + i * stride_r + j * stride_c).clamp(0, buffer.numel() - 1)
+        cells = buffer[address].detach().double().cpu()
+    else:
+        cells = rows2d[:rows_in].double().cpu()
+    scale = max(1.0, float(exp.abs().max())) if exp.numel() else 1.0
+    want = torch.full((rows, cols), float("nan"), dtype=torch.float64)
+    want[:rows_in, :C] = exp[:rows_in]
+    nan = torch.isnan(cells)
+    wrong = (cells - want).abs() > rtol * scale
+    inside = torch.zeros((rows, cols), dtype=torch.bool)
+    inside[:R, :C] = True
+    # 0 right, 1 wrong, 2 NaN (inside); 3 untouched, 4 written (the frame): the larger wins a group
+    state = torch.where(inside, torch.where(nan, 2, torch.where(wrong, 1, 0)), torch.where(nan, 3, 4))
+
+    def fold(part: torch.Tensor, fill: int) -> list[list[int]]:  # [rows, n] -> [rows, cdiv(n, per_char)], the worst of each group
+        pad = -part.shape[1] % per_char
+        part = torch.nn.functional.pad(part, (0, pad), value=fill)
+        return part.reshape(rows, -1, per_char).amax(-1).tolist() if part.shape[1] else [[] for _ in range(rows)]
+
+    marks = "·x? !"
+    width = math.ceil(C / per_char)
     lines = []
-    for r in range(rows):
-        row = []
-        for c in range(cols):
-            if r < R and c < C:
-                row.append("?" if math.isnan(cells[r, c]) else ("x" if bool(wrong[r, c]) else "·"))
-            else:
-                row.append(" " if math.isnan(cells[r, c]) else "!")
-            if c == C - 1 and cols > C and r < R:
-                row.append("|")
-        lines.append("".join(row).rstrip())
-        if r == R - 1 and rows > R:
-            lines.append("-" * C + ("+" if cols > C else ""))
-    cut = [f"the first {shown} of {total} {what}" for what, shown, total in (("rows", rows_in, R), ("columns", cols_in, C)) if shown < total]
-    head = f"output [{R}, {C}]" + (f" ({' and '.join(cut)} drawn)" if cut else "") + ":"
-    return "\n".join([head, *lines, PICTURE_LEGEND])
+    for r, (body, frame) in enumerate(zip(fold(state[:, :C], 0), fold(state[:, C:], 3))):
+        line = "".join(marks[k] for k in body) + ("|" if frame and r < R else "") + "".join(marks[k] for k in frame)
+        lines.append(line.rstrip())
+        if r == R - 1 and frame_rows:
+            lines.append("-" * width + ("+" if frame_cols else ""))
+    while lines and not lines[-1]:  # frame rows below with nothing written in them
+        lines.pop()
+    notes = []
+    if view.dim() > 2:
+        notes.append(f"as {R} rows of {C}")
+    if rows_in < R:
+        notes.append(f"the first {rows_in} of {R} rows drawn")
+    if per_char > 1:
+        notes.append(f"{per_char} columns to a character")
+    head = f"{name} {shape}" + (f" ({'; '.join(notes)})" if notes else "") + ":"
+    return "\n".join([head, *lines, *([PICTURE_LEGEND if framed else PLAIN_PICTURE_LEGEND] if legend else [])])
+
+
+def wrote_anything(*outputs: Guarded) -> bool:
+    """True if a kernel wrote a value other than NaN anywhere in the outputs' buffers (inside
+    the outputs or in their margins)."""
+    return any(bool((~torch.isnan(g.buffer)).any()) for g in outputs)
+
+
+def with_picture(verdict: Verdict, draw: Callable[[], str], *outputs: Guarded) -> Verdict:
+    """A failed ``verdict`` with the picture ``draw()`` (e.g. :func:`element_map`), unless the
+    kernel wrote nothing at all into ``outputs`` (a picture of NaN alone says no more than the
+    detail's "never written"). A picture that cannot be drawn says why instead of hiding the verdict."""
+    if verdict.passed or (outputs and not wrote_anything(*outputs)):
+        return verdict
+    try:
+        picture = draw()
+    except Exception as exc:  # noqa: BLE001 - a picture is an extra: never lose the verdict to it
+        picture = f"(no picture: {describe_exception(exc)})"
+    return dataclasses.replace(verdict, picture=picture)
 
 
 def _is_kernel(fn: object) -> bool:
@@ -477,4 +562,4 @@ def with_hint(verdict: Verdict, hint: str) -> Verdict:
     """Add a hint to a failed verdict whose values are wrong (not to one that never wrote them)."""
     if verdict.passed or not hint or "wrong values" not in verdict.detail:
         return verdict
-    return Verdict(False, verdict.error, f"{verdict.detail}. {hint}")
+    return dataclasses.replace(verdict, detail=f"{verdict.detail}. {hint}")

@@ -6,7 +6,9 @@ code the learner wrote — the cell tagged ``exercise-stub``, after the notebook
 exercise's check on the function it defines, guarded like the notebook's check cell. It prints,
 per exercise, ``passed``, ``not attempted`` (the function's body is still the stub's: only
 ``pass``, ``...``, a docstring or ``raise NotImplementedError``), or ``FAILED`` with each failing
-case and the check's own verdict. The exit status is 0 only if every graded exercise passed.
+case and the check's own verdict, and the pictures of the output that the check draws for its
+first failed cases (:meth:`Report.pictured <tritonforge.exercise.core.Report.pictured>`). The exit
+status is 0 only if every graded exercise passed.
 
 Each notebook is graded in a child process, so a kernel that crashes the interpreter (an
 unmasked access far outside every buffer can) fails that exercise with a message instead of
@@ -178,7 +180,8 @@ def load_function(setup: str, stub: str, function: str, directory: pathlib.Path,
 
 def grade_one(path: pathlib.Path) -> dict:
     """Grade one notebook in this process: ``{"status": "passed" | "failed" | "not attempted" |
-    "error", "exercise", "function", "summary", "failures": [[case, detail], ...]}``."""
+    "error", "exercise", "function", "summary", "failures": [[case, detail], ...], "pictures":
+    [[case, picture], ...]}``."""
     try:
         notebook = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -200,7 +203,8 @@ def grade_one(path: pathlib.Path) -> dict:
             return {**result, "status": "failed", "summary": f"the code in the cell marked 'your code' did not run: {describe_exception(exc)}"}
         report = exercise.check(fn)
     failures = [[r.case, r.detail] for r in report.rows if not (r.passed or r.skipped)]
-    return {**result, "status": "passed" if report.passed else "failed", "summary": report.summary(), "failures": failures}
+    pictures = [[r.case, r.picture] for r in report.pictured()]
+    return {**result, "status": "passed" if report.passed else "failed", "summary": report.summary(), "failures": failures, "pictures": pictures}
 
 
 def _crash_text(returncode: int, stderr: str) -> str:
@@ -278,6 +282,12 @@ def grade(paths: Sequence[pathlib.Path], *, timeout: float = 600.0, out=None) ->
         print(f"{_label(path, result)}{function} {word} — {result['summary']}", file=out)
         for case, detail in result.get("failures", []):
             print(f"    ✘ {case}: {detail}", file=out)
+        for case, picture in result.get("pictures", []):  # under the list, each with its case
+            print(f"\n    {case}:", file=out)
+            for line in picture.splitlines():
+                print(f"      {line}", file=out)
+        if result.get("pictures"):
+            print(file=out)
     parts = [f"{n} {status}" for status, n in counts.items() if n]
     print(f"\n{len(paths)} exercise notebook(s): " + ", ".join(parts), file=out)
     return EXIT_PASSED if counts["passed"] == len(paths) and paths else EXIT_FAILED
