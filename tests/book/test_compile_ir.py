@@ -46,6 +46,58 @@ def test_clean_ir_drops_mlir_locations():
     assert "%x = tt.load %p, %m : tensor<4xf32>" in cleaned and "tt.func @k(%a: i32) {" in cleaned
 
 
+# Lines as the compiler writes them, longer than the book's column.
+TTGIR = """#blocked = #ttg.blocked<{sizePerThread = [4, 1], threadsPerWarp = [4, 8], warpsPerCTA = [1, 4], order = [0, 1]}>
+module attributes {"ttg.num-warps" = 4 : i32} {
+  tt.func public @k(%x_ptr: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %n_elements: i32 {tt.divisibility = 16 : i32}) attributes {noinline = false} {
+    %x_39 = ttg.convert_layout %x_38 : tensor<16x64xf32, #blocked> -> tensor<16x64xf32, #blocked1>
+    %offsets_2 = tt.make_range {end = 1024 : i32, start = 0 : i32} : tensor<1024xi32>
+    tt.return
+  }
+}"""
+INDUCTOR = """@triton.jit
+def triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0(in_ptr0, in_ptr1, out_ptr1, xnumel, r0_numel, XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr):
+    xnumel = 4096
+    for r0_offset in tl.range(0, r0_numel, R0_BLOCK):
+        tmp0 = tl.load(in_ptr0 + (r0_1 + 8192*x0), r0_mask, eviction_policy='evict_last', other=0.0).to(tl.float32)
+        tl.store(out_ptr1 + (tl.broadcast_to(r0_0, [XBLOCK, R0_BLOCK])), tmp13, r0_mask)
+    x = "a string, with commas, that is long enough to pass the width of the page on its own"  # a comment
+"""
+
+
+def test_ir_is_wrapped_to_the_page_and_means_the_same():
+    wrapped = compile_ir.wrap_ir(TTGIR, width=76)
+    lines = wrapped.splitlines()
+    assert lines[0] == compile_ir.IR_WRAPPED  # said, not silent
+    assert max(len(line) for line in lines) <= 76
+    assert wrapped.split()[len(compile_ir.IR_WRAPPED.split()) :] == TTGIR.split()  # the same IR, tokens in order
+    assert "        : tensor<16x64xf32, #blocked> -> tensor<16x64xf32, #blocked1>" in lines  # before the type
+    assert compile_ir.wrap_ir("module {\n}", width=76) == "module {\n}"  # nothing long: no note
+    assert compile_ir.wrap_ir("x" * 90, width=76) == "x" * 90  # no space to break at: left long
+
+
+def test_excerpt_fits_the_page():
+    records = compile_ir.CompileRecords([{"kernel": "k", "name": "v", "ir": {"ttgir": TTGIR}}], {})
+    text = records.excerpt("k", "v", "ttgir")
+    assert max(len(line) for line in text.splitlines()) <= compile_ir.PAGE_WIDTH
+    assert "  tt.func public @k(\n      %x_ptr: !tt.ptr<f32>" in text  # one argument per line
+    assert "".join(text.split()) == "".join((compile_ir.IR_WRAPPED + TTGIR).split())  # only whitespace added
+    assert records.excerpt("k", "v", "ttgir", width=None) == TTGIR  # as the compiler wrote it
+
+
+def test_python_is_wrapped_inside_brackets_and_means_the_same():
+    import ast
+
+    wrapped = compile_ir.wrap_python(INDUCTOR, width=76)
+    lines = wrapped.splitlines()
+    assert lines[0] == compile_ir.PYTHON_WRAPPED
+    assert ast.dump(ast.parse(wrapped)) == ast.dump(ast.parse(INDUCTOR))  # the same program
+    long = [line for line in lines if len(line) > 76]
+    assert long == [INDUCTOR.splitlines()[-1]]  # only the line with a comment (and no bracket) is left
+    assert "                eviction_policy='evict_last', other=0.0).to(tl.float32)" in lines
+    assert compile_ir.wrap_python("x = 1\n") == "x = 1\n"
+
+
 def test_no_recording_is_a_note_not_an_error(tmp_path):
     records = compile_ir.load_compile_records(tmp_path)
     assert not records.available

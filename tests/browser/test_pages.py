@@ -21,7 +21,10 @@ The HTML is served on 127.0.0.1 (``http.server`` in a thread) and opened in head
   This covers outputs, tables, images, math and prose. Code a reader types is exempt: a code cell's
   input (``.cell_input``) and a literal code block in the text scroll sideways on a long line in
   every Jupyter Book, and what they hide is code, not a result the prose quotes. Everything a cell
-  prints or shows is checked. ``WIDE_ALLOWED`` lists what is still too wide, each with its reason.
+  prints or shows is checked. ``WIDE_ALLOWED`` lists what may stay too wide, each with its reason
+  (nothing now). The package code and compiler listings the chapters print are kept to
+  ``compile_ir.PAGE_WIDTH`` characters a line; a test plants such a line, and one a few characters
+  longer, in a built page and checks that the first fits and the second is reported.
 
 Full-page screenshots go to ``artifacts/screenshots/`` and a summary to
 ``artifacts/browser-report.json`` (``TRITONFORGE_ARTIFACTS`` moves them).
@@ -49,6 +52,7 @@ import pytest
 import yaml
 
 from tritonforge.book.colab import colab_url
+from tritonforge.book.compile_ir import PAGE_WIDTH
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = Path(os.environ.get("TRITONFORGE_BOOK_HTML", ROOT / "_build" / "html"))
@@ -152,18 +156,15 @@ _RAW_TEX = re.compile(r"\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\$[^$\n]*[\\^_{}][^$\
 
 
 # --- too wide for the content column -------------------------------------------------------------
-# What is still wider than the column, and why it is left: (page pattern, fnmatch) and (text
-# pattern, a regex matched at the start of the element's text) -> reason. Everything else that is
-# too wide fails the test. An entry that matches nothing on any page it names fails too, so the
-# list shrinks as the book is fixed. Not listed, so checked: every table, figure and math, and
-# every other output.
-# The package functions the chapters print (inspect.getsource / Code) are kept in lines of at most
-# 76 characters (77 fit the 688 px column in the theme's 14 px monospace), so they are not listed.
-WIDE_ALLOWED: dict[tuple[str, str], str] = {
-    ("chapters/appendix_*.html", r"inductor-rmsnorm-"): "torch.compile's generated Triton kernel, printed as code",
-    # Compiler output: Triton IR and PTX lines are as long as the compiler writes them.
-    ("chapters/02_*.html", r"(module \{|#blocked = )"): "Triton IR excerpts (TTIR/TTGIR), lines as the compiler writes them",
-}
+# What may stay wider than the column, and why: (page pattern, fnmatch) and (text pattern, a regex
+# matched at the start of the element's text) -> reason. Everything else that is too wide fails the
+# test. An entry that matches nothing on any page it names fails too, so the list only shrinks.
+# Empty: every output fits. The package functions the chapters print are kept in lines of at most
+# compile_ir.PAGE_WIDTH = 76 characters (77 fit the 688 px column in the theme's 14 px monospace;
+# test_page_width_fits_a_built_page checks it), and compiler output (Triton IR, PTX, Inductor's
+# kernel) is printed through tritonforge.book.compile_ir (excerpt, wrap_python), which breaks long
+# lines only where the language reads a line break as a space, and says so in the first line.
+WIDE_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _markdown_has_math(text: str) -> bool:
@@ -500,3 +501,36 @@ def test_too_wide_is_caught_on_a_planted_page(browser):
     assert output.startswith("output text ") and "in a 688 px column: 'wide output: word word" in output
     assert table.startswith("table ") and "'a wide tablex'" in table
     assert image.startswith("image 900 px wide") and "'a wide figure'" in image
+
+
+# Two copies of the first unwrapped output of a built page, holding the given lines of text.
+_PLANT_OUTPUT = """(lines) => {
+  const pre = [...document.querySelectorAll('article.bd-article .cell_output pre')]
+      .find(el => getComputedStyle(el).whiteSpace === 'pre');
+  if (!pre) return false;
+  const output = pre.closest('.output') || pre;
+  for (const text of lines) {
+    const copy = output.cloneNode(true);
+    (copy.matches('pre') ? copy : copy.querySelector('pre')).textContent = text;
+    output.after(copy);
+  }
+  return true;
+}"""
+
+
+def test_page_width_fits_a_built_page(book_url, browser_context):
+    """With the theme's own CSS, on a built page: an output line of ``PAGE_WIDTH`` characters (what
+    the printed package code and compiler listings are kept to) fits the content column, and the
+    width check reports a line a few characters longer."""
+    page = next((p for p in PAGES if "cell_output" in (HTML / p).read_text(encoding="utf-8")), None)
+    if page is None:
+        pytest.skip("no built page has a cell output")
+    tab = browser_context.new_page()
+    try:
+        tab.goto(book_url + page, wait_until="load")
+        assert tab.evaluate(_PLANT_OUTPUT, ["a" * PAGE_WIDTH, "b" * (PAGE_WIDTH + 4)]), f"{page}: no unwrapped output"
+        problems, _ = _too_wide(tab, page)
+    finally:
+        tab.close()
+    assert not [p for p in problems if "aaaa" in p], f"a line of PAGE_WIDTH = {PAGE_WIDTH} characters is too wide: {problems}"
+    assert len([p for p in problems if "bbbb" in p]) == 1, f"a line of {PAGE_WIDTH + 4} characters was not reported: {problems}"

@@ -18,10 +18,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
+import io
 import json
 import pathlib
 import platform
 import re
+import tokenize
 from collections.abc import Callable, Sequence
 from typing import Optional
 
@@ -43,6 +45,9 @@ STAGES = ("ttir", "ttgir", "llir", "ptx")
 STAGE_NAMES = {"ttir": "Triton IR", "ttgir": "TritonGPU IR", "llir": "LLVM IR", "ptx": "PTX"}
 MAX_IR_CHARS = 60_000  # per stage in a recording; these kernels need a tenth of it
 RECORD_COMMAND = "python scripts/record_compile.py"
+# Characters of monospace output that fit the book's content column: 77 do (688 px, 14 px
+# DejaVu Sans Mono, 16 px padding each side; tests/browser measures it), one spare for wider fonts.
+PAGE_WIDTH = 76
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +215,102 @@ def record_variant(variant: CompileVariant, device: str = "cuda") -> dict:
     return {"kernel": variant.kernel, "name": variant.name, "description": variant.description, **describe_compiled(compiled)}
 
 
+# ----------------------------------------------------------------------------------------------
+# Compiler output on the book's page: long lines broken where the language allows it
+# ----------------------------------------------------------------------------------------------
+
+IR_WRAPPED = "// long lines broken at spaces to fit the page; the IR is unchanged"
+PYTHON_WRAPPED = "# long lines broken inside brackets to fit the page; the code is unchanged"
+
+
+def _fit(line: str, width: int, breaks: Callable[[str], list[tuple[int, int]]], hang: int) -> list[str]:
+    """``line`` as lines of at most ``width`` columns where it can be: cut at a break point (a
+    space; ``breaks(line)`` gives ``(rank, position)`` pairs) that fits, the lowest rank first,
+    then the rightmost, the rest indented ``hang`` columns past the line's own indent. What no
+    break point can shorten is left long."""
+    indent = " " * (len(line) - len(line.lstrip()) + hang)
+    spots = sorted(breaks(line), key=lambda spot: spot[1])
+    out, start, pad = [], 0, ""  # the current line is pad + line[start:]
+    while len((pad + line[start:]).expandtabs()) > width:
+        fitting = [(rank, pos) for rank, pos in spots
+                   if pos > start and line[start:pos].strip() and len((pad + line[start:pos]).rstrip().expandtabs()) <= width]
+        if not fitting:
+            break
+        cut = min(fitting, key=lambda spot: (spot[0], -spot[1]))[1]
+        out.append((pad + line[start:cut]).rstrip())
+        start, pad = len(line) - len(line[cut:].lstrip()), indent
+    return out + [pad + line[start:]]
+
+
+def _ir_breaks(line: str) -> list[tuple[int, int]]:
+    """Spaces where an MLIR line may break (MLIR reads any run of whitespace the same), ranked:
+    before the type trailer (`` : type``), after a comma (the shallowest brackets first), after
+    a closed group at the top level, then any space. Brackets: (), [], {} and <> (not ``->``)."""
+    spots, depth, quoted = [], 0, False
+    for i, ch in enumerate(line):
+        if ch == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>" and not (ch == ">" and line[i - 1 : i] == "-"):
+            depth = max(depth - 1, 0)  # a bracket opened on an earlier line closes at the top level
+        elif ch == " " and i > 0 and line[:i].strip():
+            if depth == 0 and line.startswith(": ", i + 1):
+                spots.append((0, i))
+            elif line[i - 1] == ",":
+                spots.append((1 + depth, i))
+            elif depth == 0 and line[i - 1] in ")]}>":
+                spots.append((50, i))
+            else:
+                spots.append((100 + depth, i))
+    return spots
+
+
+def wrap_ir(text: str, width: int = PAGE_WIDTH) -> str:
+    """Compiler IR (MLIR: Triton IR, TritonGPU IR; or PTX) with every line longer than ``width``
+    broken at a space and continued 4 columns deeper, so it fits the book's page. MLIR and PTX
+    read a line break as any other whitespace, so the IR means the same; when a line was broken
+    the text starts with :data:`IR_WRAPPED`, which says so."""
+    lines = text.splitlines()
+    fitted = [part for line in lines for part in _fit(line, width, _ir_breaks, 4)]
+    return "\n".join([IR_WRAPPED] + fitted) if len(fitted) > len(lines) else text
+
+
+def _python_breaks(line: str) -> list[tuple[int, int]]:
+    """Spaces after a comma inside brackets, where Python continues a line by itself; the
+    shallowest brackets first. None in a line that does not tokenize on its own."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line.lstrip() + "\n").readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return []
+    shift, depth, spots = len(line) - len(line.lstrip()), 0, []
+    for token in tokens:
+        if token.type == tokenize.OP and token.string in ("(", "[", "{"):
+            depth += 1
+        elif token.type == tokenize.OP and token.string in (")", "]", "}"):
+            depth -= 1
+        elif token.type == tokenize.OP and token.string == "," and depth > 0:
+            end = shift + token.end[1]
+            if line[end : end + 1] == " ":
+                spots.append((depth, end))
+        elif token.type == tokenize.COMMENT:
+            return []  # a comment would have to move: leave the line as it is
+    return spots
+
+
+def wrap_python(source: str, width: int = PAGE_WIDTH) -> str:
+    """Python source (a generated kernel) with every line longer than ``width`` broken after a
+    comma inside brackets and continued 8 columns deeper (PEP 8's hanging indent, clear of the
+    body), so it fits the book's page. Python joins lines inside brackets, so the code is the
+    same; when a line was broken the text starts with :data:`PYTHON_WRAPPED`, which says so."""
+    lines = source.splitlines()
+    fitted = [part for line in lines for part in _fit(line, width, _python_breaks, 8)]
+    text = "\n".join(fitted) + ("\n" if source.endswith("\n") else "")
+    return PYTHON_WRAPPED + "\n" + text if len(fitted) > len(lines) else source
+
+
 @dataclasses.dataclass
 class CompileRecords:
     """Compiled-kernel readings for the chapter: live, recorded, or none (``available`` False)."""
@@ -256,18 +357,21 @@ class CompileRecords:
         *,
         context: int = 0,
         max_lines: int = 40,
+        width: Optional[int] = PAGE_WIDTH,
     ) -> str:
         """Lines of one stage's IR: all of it, or those matching ``pattern`` (a regex) with
         ``context`` lines around each; at most ``max_lines``. A sentence instead when there is
-        no reading."""
+        no reading. To fit ``width`` columns, a long ``tt.func`` line gets one argument per line
+        and other long lines are broken at spaces (:func:`wrap_ir`, whose first line then says
+        so); ``width=None`` keeps the compiler's lines."""
         v = self.get(kernel, name)
         if v is None:
             return f"(no reading of {kernel} [{name}]: {self.note or 'not in this recording'})"
         lines = []
         for line in v["ir"].get(stage, "").splitlines():
-            if stage in ("ttir", "ttgir") and "tt.func" in line and len(line) > 100:
+            if width and stage in ("ttir", "ttgir") and "tt.func" in line and len(line) > width:
                 indent = " " * (len(line) - len(line.lstrip()) + 4)  # one argument per line
-                lines.extend(line.replace(", %", ",\n" + indent + "%").splitlines())
+                lines.extend(line.replace("(%", "(\n" + indent + "%", 1).replace(", %", ",\n" + indent + "%").splitlines())
             else:
                 lines.append(line)
         if pattern is not None:
@@ -284,7 +388,9 @@ class CompileRecords:
             lines = picked
         if len(lines) > max_lines:
             lines = lines[:max_lines] + [f"    ... ({len(lines) - max_lines} more lines)"]
-        return "\n".join(lines) if lines else f"(nothing in the {STAGE_NAMES.get(stage, stage)} matches {pattern!r})"
+        if not lines:
+            return f"(nothing in the {STAGE_NAMES.get(stage, stage)} matches {pattern!r})"
+        return wrap_ir("\n".join(lines), width) if width else "\n".join(lines)
 
     def summary(self, kernel: Optional[str] = None) -> str:
         """One line per variant: registers, spills, shared memory, global memory instructions."""
