@@ -191,6 +191,28 @@ def test_bad_inputs(device):
         swiglu(gate, torch.randn(4, 16, device="meta"))
 
 
+def test_a_tuned_key_launches_the_plain_kernel_with_the_remembered_choice(monkeypatch):
+    """The first call of a key goes through the autotuner; later calls launch the kernel itself
+    with the configuration the autotuner chose (no Autotuner.run on the host path)."""
+    calls = []
+    config = swiglu_module.triton.Config({"BLOCK_M": 2, "BLOCK_F": 64}, num_warps=4, num_stages=2)
+
+    class Fake:
+        def __init__(self, name):
+            self.name, self.best_config = name, config
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append((self.name, grid if isinstance(grid, tuple) else "tuner-grid", kwargs))
+
+    monkeypatch.setattr(swiglu_module, "_CHOSEN", {})
+    grid = lambda meta: (meta["BLOCK_M"] * 10,)  # noqa: E731
+    for _ in range(3):
+        swiglu_module._launch_tuned(Fake("tuner"), Fake("kernel"), ("k", 1), grid, (1, 2), {"FLAG": True})
+    assert [c[0] for c in calls] == ["tuner", "kernel", "kernel"]
+    assert calls[1][1] == (20,) and calls[1][2] == {"BLOCK_M": 2, "BLOCK_F": 64, "FLAG": True, "num_warps": 4, "num_stages": 2}
+    assert swiglu_module.chosen_configs() == {("k", 1): config}
+
+
 def test_interpreter_config_and_pruning():
     assert swiglu_module.interpreter_elementwise_config(14336) == {"BLOCK_M": 1, "BLOCK_F": 1024}
     assert swiglu_module.interpreter_elementwise_config(100) == {"BLOCK_M": 8, "BLOCK_F": 128}
@@ -306,7 +328,13 @@ def test_gpu_elementwise_large(shape, dtype):
     gate, up = torch.randn(shape, dtype=dtype, device="cuda"), torch.randn(shape, dtype=dtype, device="cuda")
     _check_forward(gate, up)
     _check_backward(gate, up)
-    assert tfg.last_path("swiglu") == "triton" and swiglu_module.tuned_config() is not None
+    assert tfg.last_path("swiglu") == "triton"
+    chosen = swiglu_module.chosen_configs()
+    for name in ("swiglu_fwd", "swiglu_bwd"):
+        assert any(key[0] == name and key[1] == shape[-1] for key in chosen), f"no {name} choice recorded"
+    y = swiglu(gate, up)  # the remembered configuration, launched without the autotuner
+    assert torch.equal(y, swiglu(gate, up))
+    _check_forward(gate, up)
 
 
 @pytest.mark.gpu

@@ -200,11 +200,13 @@ def swiglu_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs
         "tritonforge": lambda: swiglu,
         "hf-eager": lambda: eager_swiglu,
         "torch.compile": lambda: compile_fresh(eager_swiglu),
-        "liger": (lambda: liger) if liger else liger_missing,
     }
     if cuda_graphs:
         table[COMPILED_CUDA_GRAPHS] = lambda: _graphed(swiglu)
         table[TORCH_COMPILE_CUDA_GRAPHS] = lambda: _graphed(eager_swiglu)
+    # Last: Liger's backward overwrites gate and up with the gradients, so every row after it at
+    # the same shape would run on (and be checked against) inputs that are no longer the suite's.
+    table["liger"] = (lambda: liger) if liger else liger_missing
     return {name: maker for name, maker in table.items() if impls is None or name in impls}
 
 
