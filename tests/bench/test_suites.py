@@ -138,7 +138,7 @@ def test_compiled_cuda_graph_rows_only_on_a_gpu(spec):
     on_cpu = spec.impl_table(None, "cpu")
     assert not set(bench.CUDA_GRAPH_IMPLS) & set(on_cpu)
     on_gpu = spec.impl_table(None, "cuda")
-    if spec.suite != "axpy":
+    if spec.suite not in ("axpy", "swiglu-bwd"):
         assert [name for name in on_gpu if name not in bench.CUDA_GRAPH_IMPLS] == list(on_cpu)
         assert set(on_gpu) - set(on_cpu) == set(bench.CUDA_GRAPH_IMPLS)
     else:
