@@ -165,6 +165,48 @@ def rms_norm_dx_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dy_row_stride, x_
     x_hat = tl.load(x_ptr + row * x_row_stride + cols).to(tl.float32) * rstd
     tl.store(dx_ptr + row * dx_row_stride + cols, rstd * (dy_w - x_hat * (tl.sum(dy_w * x_hat, axis=0) / N)))
 ''',
+    "ex05a_geglu_forward": '''\
+@triton.jit
+def geglu_kernel(gate_ptr, up_ptr, out_ptr, gate_row_stride, up_row_stride, out_row_stride, N, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    g = tl.load(gate_ptr + row * gate_row_stride + cols).to(tl.float32)
+    e = tl.exp(-2.0 * tl.abs(0.7978845608028654 * (g + 0.044715 * g * g * g)))
+    tanh_z = tl.where(g < 0, -1.0, 1.0) * (1.0 - e) / (1.0 + e)
+    tl.store(out_ptr + row * out_row_stride + cols, 0.5 * g * (1.0 + tanh_z) * tl.load(up_ptr + row * up_row_stride + cols).to(tl.float32))
+''',
+    "ex05b_swiglu_backward": '''\
+@triton.jit
+def swiglu_bwd_kernel(
+    gate_ptr, up_ptr, dy_ptr, dgate_ptr, dup_ptr, gate_row_stride, up_row_stride, dy_row_stride, dgate_row_stride, dup_row_stride,
+    N, BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    g = tl.load(gate_ptr + row * gate_row_stride + cols).to(tl.float32)
+    up = tl.load(up_ptr + row * up_row_stride + cols).to(tl.float32)
+    dy = tl.load(dy_ptr + row * dy_row_stride + cols).to(tl.float32)
+    s = 1.0 / (1.0 + tl.exp(-g))
+    tl.store(dgate_ptr + row * dgate_row_stride + cols, dy * up * s * (1.0 + g * (1.0 - s)))
+    tl.store(dup_ptr + row * dup_row_stride + cols, dy * g * s)
+''',
+    "ex05c_matmul_bias_silu": '''\
+@triton.jit
+def matmul_bias_silu_kernel(
+    x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wk, stride_wn, stride_om, stride_on,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + (k0 + ks)[None, :] * stride_xk)
+        w = tl.load(w_ptr + (k0 + ks)[:, None] * stride_wk + cols[None, :] * stride_wn)
+        acc = tl.dot(x, w, acc)
+    z = acc + tl.load(b_ptr + cols).to(tl.float32)[None, :]
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, z / (1.0 + tl.exp(-z)))
+''',
 }
 
 

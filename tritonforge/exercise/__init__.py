@@ -23,6 +23,9 @@ module     what it holds
 ``ch04``   4a: RMSNorm's weight gradient through per-program partial sums; 4b: its
            input gradient, one row per program; 4c: the backward of the fused residual add
            + RMSNorm (a torch.autograd.Function), against autograd and gradcheck in float64
+``ch05``   5a: GeGLU forward with a tanh from exp that cannot overflow; 5b: SwiGLU's
+           backward, both gradients from one kernel; 5c: a tiled matmul with a fused
+           bias + SiLU epilogue
 ``grade``  the grading command: reads each notebook's stub cell, runs its check
 ``stubs``  every exercise's stub cell as shipped (the tests' proof that checks fail)
 =========  ==========================================================================
@@ -112,6 +115,28 @@ from tritonforge.exercise.ch04 import (
     try_rms_norm_dweight,
     try_rms_norm_dx,
 )
+from tritonforge.exercise.ch05 import (
+    GLU_BLOCK_N,
+    MATMUL_BLOCK_K,
+    MATMUL_BLOCK_M,
+    MATMUL_BLOCK_N,
+    check_geglu,
+    check_matmul_bias_silu,
+    check_swiglu_bwd,
+    geglu_cases,
+    geglu_ref,
+    gelu_tanh_ref,
+    launch_geglu,
+    launch_matmul_bias_silu,
+    launch_swiglu_bwd,
+    matmul_bias_silu_cases,
+    matmul_bias_silu_ref,
+    swiglu_bwd_cases,
+    swiglu_grads_ref,
+    try_geglu,
+    try_matmul_bias_silu,
+    try_swiglu_bwd,
+)
 from tritonforge.exercise.core import (
     Case,
     Guarded,
@@ -144,6 +169,9 @@ EXERCISES = {
     "rms_norm_dweight": check_rms_norm_dweight,
     "rms_norm_dx": check_rms_norm_dx,
     "fused_add_rms_norm_backward": check_fused_add_rms_norm_backward,
+    "geglu": check_geglu,
+    "swiglu_bwd": check_swiglu_bwd,
+    "matmul_bias_silu": check_matmul_bias_silu,
 }
 """Every exercise's check, by name, in the book's order."""
 
@@ -239,6 +267,27 @@ __all__ = [
     "try_fused_add_rms_norm_backward",
     "try_rms_norm_dweight",
     "try_rms_norm_dx",
+    # chapter 5
+    "GLU_BLOCK_N",
+    "MATMUL_BLOCK_K",
+    "MATMUL_BLOCK_M",
+    "MATMUL_BLOCK_N",
+    "check_geglu",
+    "check_matmul_bias_silu",
+    "check_swiglu_bwd",
+    "geglu_cases",
+    "geglu_ref",
+    "gelu_tanh_ref",
+    "launch_geglu",
+    "launch_matmul_bias_silu",
+    "launch_swiglu_bwd",
+    "matmul_bias_silu_cases",
+    "matmul_bias_silu_ref",
+    "swiglu_bwd_cases",
+    "swiglu_grads_ref",
+    "try_geglu",
+    "try_matmul_bias_silu",
+    "try_swiglu_bwd",
     # the registry
     "EXERCISES",
 ]

@@ -39,6 +39,7 @@ from tritonforge.exercise.ch01 import check_arithmetic_intensity, check_fused_ad
 from tritonforge.exercise.ch02 import check_bias_relu_2d, check_row_max, check_transpose
 from tritonforge.exercise.ch03 import check_fused_add_rms_norm, check_layer_norm_fwd, check_rms_norm_long_rows
 from tritonforge.exercise.ch04 import check_fused_add_rms_norm_backward, check_rms_norm_dweight, check_rms_norm_dx
+from tritonforge.exercise.ch05 import check_geglu, check_matmul_bias_silu, check_swiglu_bwd
 from tritonforge.exercise.core import Report, describe_exception
 from tritonforge.exercise.stubs import STUBS
 
@@ -77,6 +78,9 @@ NOTEBOOKS = {
         Exercise("ex04a_rms_norm_dweight", "rms_norm_dweight_kernel", check_rms_norm_dweight),
         Exercise("ex04b_rms_norm_dx", "rms_norm_dx_kernel", check_rms_norm_dx),
         Exercise("ex04c_fused_add_rms_norm_backward", "fused_add_rms_norm_backward", check_fused_add_rms_norm_backward),
+        Exercise("ex05a_geglu_forward", "geglu_kernel", check_geglu),
+        Exercise("ex05b_swiglu_backward", "swiglu_bwd_kernel", check_swiglu_bwd),
+        Exercise("ex05c_matmul_bias_silu", "matmul_bias_silu_kernel", check_matmul_bias_silu),
     )
 }
 """Every exercise notebook, by stem, in the book's order."""

@@ -116,5 +116,40 @@ def fused_add_rms_norm_backward(ctx, dh, dy):
     # your code here
     raise NotImplementedError("write fused_add_rms_norm_backward")
 ''',
+    "ex05a_geglu_forward": """\
+@triton.jit
+def geglu_kernel(
+    gate_ptr, up_ptr, out_ptr,
+    gate_row_stride, up_row_stride, out_row_stride,
+    N,
+    BLOCK_N: tl.constexpr,
+):
+    # your code here
+    pass
+""",
+    "ex05b_swiglu_backward": """\
+@triton.jit
+def swiglu_bwd_kernel(
+    gate_ptr, up_ptr, dy_ptr, dgate_ptr, dup_ptr,
+    gate_row_stride, up_row_stride, dy_row_stride, dgate_row_stride, dup_row_stride,
+    N,
+    BLOCK_N: tl.constexpr,
+):
+    # your code here
+    pass
+""",
+    "ex05c_matmul_bias_silu": """\
+@triton.jit
+def matmul_bias_silu_kernel(
+    x_ptr, w_ptr, b_ptr, out_ptr,
+    M, N, K,
+    stride_xm, stride_xk,
+    stride_wk, stride_wn,
+    stride_om, stride_on,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    # your code here
+    pass
+""",
 }
 """Notebook stem → the source of its stub cell."""
