@@ -456,11 +456,13 @@ def swiglu_same_size_copy(units: float) -> Baseline:
     SwiGLU row must move (3 units forward; 8 forward + backward), timed like the implementations."""
 
     def baseline(spec: OpSpec, inputs: Inputs, *, timer: Timer, ceilings) -> dict:
-        gate = inputs["gate"].detach()
-        numel = int(units * gate.numel() / 2)
         # From the inputs, not the RNG: after the reduce-overhead rows of a backward suite,
         # torch.randn raised "Offset increment outside graph capture" on the H200 (torch 2.11).
-        src = gate.reshape(-1).repeat(-(-numel // gate.numel()))[:numel].clone()
+        # dy when there is one: Liger's backward has overwritten gate with gradients (NaN there
+        # failed the copy's own check).
+        data = inputs.get("dy", inputs["gate"]).detach()
+        numel = int(units * data.numel() / 2)
+        src = data.reshape(-1).repeat(-(-numel // data.numel()))[:numel].clone()
         return measure_same_size_copy(src, timer=timer, ceilings=ceilings, suite=spec.suite)
 
     return baseline
