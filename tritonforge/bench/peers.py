@@ -190,20 +190,22 @@ def _graphed(fn: Callable) -> Callable:
     return call
 
 
+def _standard_rows(ours: Callable, eager: Callable, cuda_graphs: bool) -> dict:
+    """Ours, the eager formula and torch.compile of it; on a GPU both under CUDA graphs."""
+    table = {"tritonforge": lambda: ours, "hf-eager": lambda: eager, "torch.compile": lambda: compile_fresh(eager)}
+    if cuda_graphs:
+        table[COMPILED_CUDA_GRAPHS] = lambda: _graphed(ours)
+        table[TORCH_COMPILE_CUDA_GRAPHS] = lambda: _graphed(eager)
+    return table
+
+
 def swiglu_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs: bool = False) -> dict:
     """name -> a maker of ``fn(gate, up)``: ours, HF eager, torch.compile of it, Liger; on a GPU
     also ours and the eager formula under ``torch.compile(mode="reduce-overhead")``."""
     from tritonforge.ops.swiglu import swiglu
 
     liger, liger_missing = load_liger_swiglu()
-    table = {
-        "tritonforge": lambda: swiglu,
-        "hf-eager": lambda: eager_swiglu,
-        "torch.compile": lambda: compile_fresh(eager_swiglu),
-    }
-    if cuda_graphs:
-        table[COMPILED_CUDA_GRAPHS] = lambda: _graphed(swiglu)
-        table[TORCH_COMPILE_CUDA_GRAPHS] = lambda: _graphed(eager_swiglu)
+    table = _standard_rows(swiglu, eager_swiglu, cuda_graphs)
     # Last: Liger's backward overwrites gate and up with the gradients, so every row after it at
     # the same shape would run on (and be checked against) inputs that are no longer the suite's.
     table["liger"] = (lambda: liger) if liger else liger_missing
@@ -215,12 +217,5 @@ def swiglu_front_implementations(impls: Optional[Sequence[str]] = None, *, cuda_
     elementwise), torch.compile of it; on a GPU both under CUDA graphs."""
     from tritonforge.ops.swiglu import swiglu_mlp_front
 
-    table = {
-        "tritonforge": lambda: swiglu_mlp_front,
-        "hf-eager": lambda: eager_swiglu_front,
-        "torch.compile": lambda: compile_fresh(eager_swiglu_front),
-    }
-    if cuda_graphs:
-        table[COMPILED_CUDA_GRAPHS] = lambda: _graphed(swiglu_mlp_front)
-        table[TORCH_COMPILE_CUDA_GRAPHS] = lambda: _graphed(eager_swiglu_front)
+    table = _standard_rows(swiglu_mlp_front, eager_swiglu_front, cuda_graphs)
     return {name: maker for name, maker in table.items() if impls is None or name in impls}
