@@ -3,7 +3,7 @@
 #
 # Usage: bash scripts/gpu_bench.sh [results-dir] [suite ...]
 #   results-dir  where the JSON files go (default benchmarks/results)
-#   suite ...    default: ceilings axpy rmsnorm rmsnorm-bwd profile-eager-rmsnorm
+#   suite ...    default: ceilings axpy rmsnorm rmsnorm-bwd profile-eager-rmsnorm swiglu swiglu-bwd swiglu-front
 #
 # Each suite runs in its own process, measures the ceilings first, and writes
 # <results-dir>/<suite>-<device>-<date>.json. The log goes to ${LOG:-<results-dir>/gpu-bench.log}.
@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 results_dir="${1:-benchmarks/results}"
 [ "$#" -gt 0 ] && shift
 suites=("$@")
-[ "${#suites[@]}" -eq 0 ] && suites=(ceilings axpy rmsnorm rmsnorm-bwd profile-eager-rmsnorm)
+[ "${#suites[@]}" -eq 0 ] && suites=(ceilings axpy rmsnorm rmsnorm-bwd profile-eager-rmsnorm swiglu swiglu-bwd swiglu-front)
 python="${PYTHON:-python3}"
 mkdir -p "$results_dir"
 log="${LOG:-$results_dir/gpu-bench.log}"
