@@ -207,6 +207,57 @@ def matmul_bias_silu_kernel(
     z = acc + tl.load(b_ptr + cols).to(tl.float32)[None, :]
     tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, z / (1.0 + tl.exp(-z)))
 ''',
+    "ex06a_log_softmax": '''\
+@triton.jit
+def log_softmax_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, N, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    m = float("-inf")
+    s = 0.0
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(x_ptr + row * x_row_stride + start + cols).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+        m = m_new
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(x_ptr + row * x_row_stride + start + cols).to(tl.float32)
+        tl.store(out_ptr + row * out_row_stride + start + cols, (x - m) - tl.log(s))
+''',
+    "ex06b_merge_softmax_states": '''\
+@triton.jit
+def merge_states_kernel(
+    m1_ptr, s1_ptr, o1_ptr, m2_ptr, s2_ptr, o2_ptr, m_ptr, s_ptr, o_ptr, o1_row_stride, o2_row_stride, o_row_stride, D,
+    BLOCK_D: tl.constexpr,
+):
+    row = tl.program_id(0)
+    m1 = tl.load(m1_ptr + row)
+    m2 = tl.load(m2_ptr + row)
+    m = tl.maximum(m1, m2)
+    w1 = tl.load(s1_ptr + row) * tl.exp(m1 - m)
+    w2 = tl.load(s2_ptr + row) * tl.exp(m2 - m)
+    cols = tl.arange(0, BLOCK_D)
+    o1 = tl.load(o1_ptr + row * o1_row_stride + cols).to(tl.float32)
+    o2 = tl.load(o2_ptr + row * o2_row_stride + cols).to(tl.float32)
+    tl.store(m_ptr + row, m)
+    tl.store(s_ptr + row, w1 + w2)
+    tl.store(o_ptr + row * o_row_stride + cols, (w1 * o1 + w2 * o2) / (w1 + w2))
+''',
+    "ex06c_cross_entropy": '''\
+@triton.jit
+def cross_entropy_kernel(logits_ptr, target_ptr, loss_ptr, logits_row_stride, N, ignore_index, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    m = float("-inf")
+    s = 0.0
+    for start in range(0, N, BLOCK_N):
+        x = tl.load(logits_ptr + row * logits_row_stride + start + cols).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+        m = m_new
+    target = tl.load(target_ptr + row)
+    x_target = tl.load(logits_ptr + row * logits_row_stride + target).to(tl.float32)
+    tl.store(loss_ptr + row, m + tl.log(s) - x_target)
+''',
 }
 
 

@@ -26,6 +26,9 @@ module     what it holds
 ``ch05``   5a: GeGLU forward with a tanh from exp that cannot overflow; 5b: SwiGLU's
            backward, both gradients from one kernel; 5c: a tiled matmul with a fused
            bias + SiLU epilogue
+``ch06``   6a: log-softmax of rows longer than one block; 6b: the merge of two partial
+           softmax states (split-KV attention's last step); 6c: softmax + cross-entropy
+           loss fused, over vocabulary-length rows
 ``grade``  the grading command: reads each notebook's stub cell, runs its check
 ``stubs``  every exercise's stub cell as shipped (the tests' proof that checks fail)
 =========  ==========================================================================
@@ -137,6 +140,28 @@ from tritonforge.exercise.ch05 import (
     try_matmul_bias_silu,
     try_swiglu_bwd,
 )
+from tritonforge.exercise.ch06 import (
+    CROSS_ENTROPY_BLOCK_N,
+    IGNORE_INDEX,
+    LOG_SOFTMAX_BLOCK_N,
+    check_cross_entropy,
+    check_log_softmax,
+    check_merge_states,
+    cross_entropy_cases,
+    cross_entropy_ref,
+    launch_cross_entropy,
+    launch_log_softmax,
+    launch_merge_states,
+    log_softmax_cases,
+    log_softmax_ref,
+    merge_block_d,
+    merge_states_cases,
+    merge_states_ref,
+    softmax_state,
+    try_cross_entropy,
+    try_log_softmax,
+    try_merge_states,
+)
 from tritonforge.exercise.core import (
     Case,
     Guarded,
@@ -172,6 +197,9 @@ EXERCISES = {
     "geglu": check_geglu,
     "swiglu_bwd": check_swiglu_bwd,
     "matmul_bias_silu": check_matmul_bias_silu,
+    "log_softmax": check_log_softmax,
+    "merge_states": check_merge_states,
+    "cross_entropy": check_cross_entropy,
 }
 """Every exercise's check, by name, in the book's order."""
 
@@ -288,6 +316,27 @@ __all__ = [
     "try_geglu",
     "try_matmul_bias_silu",
     "try_swiglu_bwd",
+    # chapter 6
+    "CROSS_ENTROPY_BLOCK_N",
+    "IGNORE_INDEX",
+    "LOG_SOFTMAX_BLOCK_N",
+    "check_cross_entropy",
+    "check_log_softmax",
+    "check_merge_states",
+    "cross_entropy_cases",
+    "cross_entropy_ref",
+    "launch_cross_entropy",
+    "launch_log_softmax",
+    "launch_merge_states",
+    "log_softmax_cases",
+    "log_softmax_ref",
+    "merge_block_d",
+    "merge_states_cases",
+    "merge_states_ref",
+    "softmax_state",
+    "try_cross_entropy",
+    "try_log_softmax",
+    "try_merge_states",
     # the registry
     "EXERCISES",
 ]

@@ -40,6 +40,7 @@ from tritonforge.exercise.ch02 import check_bias_relu_2d, check_row_max, check_t
 from tritonforge.exercise.ch03 import check_fused_add_rms_norm, check_layer_norm_fwd, check_rms_norm_long_rows
 from tritonforge.exercise.ch04 import check_fused_add_rms_norm_backward, check_rms_norm_dweight, check_rms_norm_dx
 from tritonforge.exercise.ch05 import check_geglu, check_matmul_bias_silu, check_swiglu_bwd
+from tritonforge.exercise.ch06 import check_cross_entropy, check_log_softmax, check_merge_states
 from tritonforge.exercise.core import Report, describe_exception
 from tritonforge.exercise.stubs import STUBS
 
@@ -81,6 +82,9 @@ NOTEBOOKS = {
         Exercise("ex05a_geglu_forward", "geglu_kernel", check_geglu),
         Exercise("ex05b_swiglu_backward", "swiglu_bwd_kernel", check_swiglu_bwd),
         Exercise("ex05c_matmul_bias_silu", "matmul_bias_silu_kernel", check_matmul_bias_silu),
+        Exercise("ex06a_log_softmax", "log_softmax_kernel", check_log_softmax),
+        Exercise("ex06b_merge_softmax_states", "merge_states_kernel", check_merge_states),
+        Exercise("ex06c_cross_entropy", "cross_entropy_kernel", check_cross_entropy),
     )
 }
 """Every exercise notebook, by stem, in the book's order."""

@@ -151,5 +151,41 @@ def matmul_bias_silu_kernel(
     # your code here
     pass
 """,
+    "ex06a_log_softmax": """\
+@triton.jit
+def log_softmax_kernel(
+    x_ptr, out_ptr,
+    x_row_stride, out_row_stride,
+    N,
+    BLOCK_N: tl.constexpr,
+):
+    # your code here
+    pass
+""",
+    "ex06b_merge_softmax_states": """\
+@triton.jit
+def merge_states_kernel(
+    m1_ptr, s1_ptr, o1_ptr,
+    m2_ptr, s2_ptr, o2_ptr,
+    m_ptr, s_ptr, o_ptr,
+    o1_row_stride, o2_row_stride, o_row_stride,
+    D,
+    BLOCK_D: tl.constexpr,
+):
+    # your code here
+    pass
+""",
+    "ex06c_cross_entropy": """\
+@triton.jit
+def cross_entropy_kernel(
+    logits_ptr, target_ptr, loss_ptr,
+    logits_row_stride,
+    N,
+    ignore_index,
+    BLOCK_N: tl.constexpr,
+):
+    # your code here
+    pass
+""",
 }
 """Notebook stem → the source of its stub cell."""
