@@ -248,13 +248,13 @@ def interpreter_elementwise_config(F: int) -> dict:
     return {"BLOCK_M": max(1, 1024 // block_f), "BLOCK_F": block_f}
 
 
-_TUNING_KEY = ["F", "rows_class"]  # Triton adds the dtype of every tensor argument to the key
-_swiglu_fwd_tuned = triton.autotune(ELEMENTWISE_CONFIGS, key=_TUNING_KEY, prune_configs_by={"early_config_prune": prune_elementwise})(
-    _swiglu_fwd_kernel
-)
-_swiglu_bwd_tuned = triton.autotune(ELEMENTWISE_CONFIGS, key=_TUNING_KEY, prune_configs_by={"early_config_prune": prune_elementwise})(
-    _swiglu_bwd_kernel
-)
+@functools.cache
+def elementwise_tuner(kernel):
+    """``kernel`` under :func:`triton.autotune` over :data:`ELEMENTWISE_CONFIGS`, keyed on the row
+    length and :func:`rows_class` (Triton adds the dtype of every tensor argument to the key).
+    Made on the first GPU call, not at import: an autotuner asks for the GPU driver's benchmarker
+    when it is built, which Triton 3.3 cannot give without a GPU."""
+    return triton.autotune(ELEMENTWISE_CONFIGS, key=["F", "rows_class"], prune_configs_by={"early_config_prune": prune_elementwise})(kernel)
 
 
 DECODE_ROWS = 64
@@ -343,7 +343,7 @@ def _launch_tuned(tuner, kernel, key: tuple, grid, args: tuple, flags: dict) -> 
     kernel[grid(config.kwargs)](*args, **config.kwargs, **flags, num_warps=config.num_warps, num_stages=config.num_stages)
 
 
-def _elementwise_launch(name: str, tuned, kernel, M: int, F: int, args: tuple, **flags) -> None:
+def _elementwise_launch(name: str, kernel, M: int, F: int, args: tuple, **flags) -> None:
     """Launch an elementwise kernel: autotuned on a GPU, one configuration in the interpreter."""
     if runtime.interpreting():
         config = interpreter_elementwise_config(F)
@@ -352,7 +352,7 @@ def _elementwise_launch(name: str, tuned, kernel, M: int, F: int, args: tuple, *
         return
     key = (name, F, rows_class(M), args[0].dtype, *flags.values())
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(F, meta["BLOCK_F"]),)  # noqa: E731
-    _launch_tuned(tuned, kernel, key, grid, (*args, M, F, rows_class(M)), flags)
+    _launch_tuned(elementwise_tuner(kernel), kernel, key, grid, (*args, M, F, rows_class(M)), flags)
 
 
 def swiglu_fwd(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -362,7 +362,7 @@ def swiglu_fwd(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     M = gate_rows.shape[0]
     y = _empty(*gate.shape, dtype=gate.dtype, device=gate.device)
     flags = dict(ACC_DTYPE=acc_dtype(gate.dtype), ROUND_BF16=round_bf16_by_hand(gate.dtype))
-    _elementwise_launch("swiglu_fwd", _swiglu_fwd_tuned, _swiglu_fwd_kernel, M, F,
+    _elementwise_launch("swiglu_fwd", _swiglu_fwd_kernel, M, F,
                         (gate_rows, up_rows, y, gate_rows.stride(0), up_rows.stride(0)), **flags)  # fmt: skip
     return y
 
@@ -380,7 +380,7 @@ def swiglu_bwd(
                  COMPUTE_DGATE=compute_dgate, COMPUTE_DUP=compute_dup)  # fmt: skip
     args = (dy_rows, gate_rows, up_rows, dgate if compute_dgate else dy_rows, dup if compute_dup else dy_rows,
             dy_rows.stride(0), gate_rows.stride(0), up_rows.stride(0))  # fmt: skip
-    _elementwise_launch("swiglu_bwd", _swiglu_bwd_tuned, _swiglu_bwd_kernel, M, F, args, **flags)
+    _elementwise_launch("swiglu_bwd", _swiglu_bwd_kernel, M, F, args, **flags)
     return dgate, dup
 
 
