@@ -7,6 +7,7 @@ interpreter on (``TRITON_INTERPRET=1``), which only works if it happens before `
 from tritonforge import _triton  # noqa: F401  (first: decides TRITON_INTERPRET, imports triton)
 from tritonforge.ops.fused_axpy import axpy
 from tritonforge.ops.rmsnorm import rms_norm
+from tritonforge.ops.softmax import softmax
 from tritonforge.ops.swiglu import swiglu, swiglu_mlp_front
 from tritonforge.ops.teaching import add_2d, program_map, vector_add
 from tritonforge.runtime import (
@@ -29,6 +30,7 @@ __all__ = [
     "program_map",
     "rms_norm",
     "swiglu",
+    "softmax",
     "swiglu_mlp_front",
     "environment",
     "last_path",

@@ -114,6 +114,24 @@ def swiglu_mlp_front_ref(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tens
     return swiglu_ref(x @ w_gate, x @ w_up, upcast=upcast)
 
 
+def softmax_ref(x: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
+    """Softmax over the last dim, computed in float32 (float64 for float64 inputs, or everything in
+    float64 with ``upcast``) and returned in x's dtype (float64 with ``upcast``). A row of all
+    ``-inf`` gives NaN, as ``torch.softmax`` does."""
+    y = torch.softmax(x.to(_compute_dtype(x.dtype, upcast)), dim=-1)
+    return y if upcast else y.to(x.dtype)
+
+
+def softmax_bwd_ref(dy: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
+    """The hand-derived backward of softmax (chapter 6): ``dx = y * (dy - sum(dy * y, -1))``. It
+    needs only the output ``y``, never x. Differentiable PyTorch ops (the double-backward path, the
+    fallback, the tests' oracle); returns dx in y's dtype (float64 with ``upcast``)."""
+    ct = _compute_dtype(y.dtype, upcast)
+    y_, dy_ = y.to(ct), dy.to(ct)
+    dx = y_ * (dy_ - (dy_ * y_).sum(-1, keepdim=True))
+    return dx if upcast else dx.to(y.dtype)
+
+
 def add_ref(x: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
     """``x + y`` in float32 (float64 with ``upcast``), returned in x's dtype (float64 if upcast)."""
     ct = torch.float64 if upcast else torch.float32

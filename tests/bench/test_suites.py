@@ -99,7 +99,7 @@ def test_the_runner_checks_every_gradient_of_a_backward_spec():
 
 
 def test_each_op_suite_is_a_spec_in_the_registry():
-    assert set(bench.OP_SPECS) == {"axpy", "rmsnorm", "rmsnorm-bwd", "swiglu", "swiglu-bwd", "swiglu-front"}
+    assert set(bench.OP_SPECS) == {"axpy", "rmsnorm", "rmsnorm-bwd", "swiglu", "swiglu-bwd", "swiglu-front", "softmax", "softmax-bwd"}
     assert set(bench.OP_SPECS) | {"ceilings", "profile-eager-rmsnorm"} == set(bench.SUITES)
     forward, both = bench.RMSNORM_FORWARD, bench.RMSNORM_FORWARD_BACKWARD
     assert not forward.backward and both.backward and both.grads == ("x", "weight")
@@ -120,6 +120,16 @@ def test_swiglu_specs():
     assert front.cost((1, 4096, 14336), torch.bfloat16).bytes == (2 * 4096 * 14336 + 4096 + 14336) * 2
 
 
+def test_softmax_suites_run_on_this_machine(device):
+    for name in ("softmax", "softmax-bwd"):
+        rows = bench.run_op_suite(bench.OP_SPECS[name], bench.Ceilings(100.0, {}), dtypes=[torch.float32], shapes=[(5, 70)],
+                                  impls=["tritonforge", "hf-eager", bench.SAME_SIZE_COPY], device=device, timer=FakeTimer())  # fmt: skip
+        assert [r["impl"] for r in rows][:2] == ["tritonforge", "hf-eager"], name
+        assert all(row["status"] == "ok" for row in rows), [(r["impl"], r["note"]) for r in rows]
+    assert bench.OP_SPECS["softmax"].cost((4, 100), torch.bfloat16).bytes == 2 * 4 * 100 * 2
+    assert bench.OP_SPECS["softmax-bwd"].cost((4, 100), torch.float32).bytes == 5 * 4 * 100 * 4
+
+
 def test_swiglu_suites_run_on_this_machine(device):
     """Every row of the three SwiGLU suites is checked against float64 and timed (fake timer)."""
     for name, shape, dtype in (("swiglu", (5, 70), torch.float32), ("swiglu-bwd", (5, 70), torch.float32),
@@ -138,7 +148,7 @@ def test_compiled_cuda_graph_rows_only_on_a_gpu(spec):
     on_cpu = spec.impl_table(None, "cpu")
     assert not set(bench.CUDA_GRAPH_IMPLS) & set(on_cpu)
     on_gpu = spec.impl_table(None, "cuda")
-    if spec.suite not in ("axpy", "swiglu-bwd"):
+    if spec.suite not in ("axpy", "swiglu-bwd", "softmax-bwd"):
         assert [name for name in on_gpu if name not in bench.CUDA_GRAPH_IMPLS] == list(on_cpu)
         assert set(on_gpu) - set(on_cpu) == set(bench.CUDA_GRAPH_IMPLS)
     else:

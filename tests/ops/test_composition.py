@@ -52,8 +52,13 @@ OPS = [
         reference.swiglu_ref,
         lambda dtype, device: (torch.randn(6, 40, dtype=dtype, device=device), torch.randn(6, 40, dtype=dtype, device=device)),
     ),
+    # Logits with spread (std 4), so that the softmax is peaked and its Hessian far from zero.
+    OpCase("softmax", tfg.softmax, reference.softmax_ref, lambda dtype, device: (4 * torch.randn(6, 40, dtype=dtype, device=device),)),
 ]
-KERNEL_BACKWARD = ("rms_norm", "swiglu")
+KERNEL_BACKWARD = ("rms_norm", "swiglu", "softmax")
+SAVES_OUTPUT = ("softmax",)
+"""Ops whose backward reads their output (as ``torch.softmax``'s does): an in-place change of the
+output before backward is an autograd error, exactly as with the PyTorch op."""
 """The ops whose backward is a kernel: under create_graph they take the reference backward."""
 IDS = [op.name for op in OPS]
 
@@ -226,8 +231,9 @@ def test_torch_func_grad_and_jvp_are_right_or_raise(op, transform, device):
 @pytest.mark.parametrize("op", OPS, ids=IDS)
 def test_vmap_runs_the_kernels(op, device):
     """vmap is served by each operator's vmap rule, on the kernel path (strict: no fallback)."""
-    batch = [torch.stack([op.make(torch.float32, device)[i] for _ in range(3)]) for i in range(2)]
-    for in_dims in [(0, None), (0, 0), (None, 0), (1, None)]:
+    arity = len(op.make(torch.float32, device))
+    batch = [torch.stack([op.make(torch.float32, device)[i] for _ in range(3)]) for i in range(arity)]
+    for in_dims in [(0, None), (0, 0), (None, 0), (1, None)] if arity == 2 else [(0,), (1,)]:
         args = [b if d is not None else b[0] for b, d in zip(batch, in_dims)]
         if in_dims[0] == 1:
             args[0] = args[0].movedim(0, 1).contiguous()
@@ -249,13 +255,17 @@ def test_outputs_own_their_storage(op, shape, device):
     if op.name == "rms_norm":
         inputs = list(_rms_inputs(torch.float32, device, shape))
     else:
-        inputs = [torch.randn(shape, device=device) for _ in range(2)]
+        inputs = [torch.randn(shape, device=device) for _ in op.make(torch.float32, device)]
     y = op.call(*inputs)
     assert y._base is None
     y.mul_(2)
     leaves = [t.clone().requires_grad_() for t in inputs]
     out = op.call(*leaves)
     out.mul_(2)
+    if op.name in SAVES_OUTPUT:  # its backward needs the output: modifying it is an error, as in PyTorch
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+        return
     out.sum().backward()
     assert all(t.grad is not None for t in leaves)
 
@@ -294,7 +304,7 @@ def test_rms_norm_fp64_eps_is_exact(device):
 
 @pytest.mark.parametrize("op", OPS, ids=IDS)
 def test_empty_input_records_its_route(op, device):
-    if op.name in ("axpy", "swiglu"):
+    if op.name in ("axpy", "swiglu", "softmax"):
         inputs = [t[:0] for t in op.make(torch.float32, device)]
     else:
         inputs = [torch.randn(0, 8, device=device), torch.randn(8, device=device)]

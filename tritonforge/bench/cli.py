@@ -29,7 +29,7 @@ DTYPE_ALIASES = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
 }  # fmt: skip
 
-MATRIX_SUITES = ("rmsnorm", "rmsnorm-bwd", "profile-eager-rmsnorm", "swiglu", "swiglu-bwd", "all")
+MATRIX_SUITES = ("rmsnorm", "rmsnorm-bwd", "profile-eager-rmsnorm", "swiglu", "swiglu-bwd", "softmax", "softmax-bwd", "all")
 """Suites whose --shapes are M×N (swiglu-front's are M×D×F)."""
 
 

@@ -135,6 +135,19 @@ def swiglu_front_cost(m: int, d: int, f: int, dtype: torch.dtype, decode_rows: i
     )
 
 
+def softmax_forward_cost(m: int, n: int, dtype: torch.dtype) -> Cost:
+    return Cost(2 * m * n * elem_size(dtype), 5 * m * n, "bytes = 2·M·N·elem (read x, write y); FLOPs ≈ 5·M·N", "copy")
+
+
+def softmax_forward_backward_cost(m: int, n: int, dtype: torch.dtype) -> Cost:
+    return Cost(
+        5 * m * n * elem_size(dtype),
+        9 * m * n,
+        "bytes = 5·M·N·elem (fwd: read x, write y; bwd: read dy, y, write dx); FLOPs ≈ 9·M·N",
+        "copy",
+    )
+
+
 def time_floor_us(
     nbytes: Optional[float] = None,
     flops: Optional[float] = None,

@@ -219,3 +219,33 @@ def swiglu_front_implementations(impls: Optional[Sequence[str]] = None, *, cuda_
 
     table = _standard_rows(swiglu_mlp_front, eager_swiglu_front, cuda_graphs)
     return {name: maker for name, maker in table.items() if impls is None or name in impls}
+
+
+# ----------------------------------------------------------------------------------------------
+# Softmax
+# ----------------------------------------------------------------------------------------------
+
+
+def eager_softmax(x: torch.Tensor) -> torch.Tensor:
+    """``torch.softmax(x, -1)``: PyTorch's own fused softmax kernel."""
+    return torch.softmax(x, dim=-1)
+
+
+def load_liger_softmax() -> tuple[Optional[Callable], Optional[str]]:
+    """Liger-Kernel's ``LigerSoftmaxFunction`` as ``fn(x)``, or None and why not."""
+    try:
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+    except Exception as exc:  # noqa: BLE001
+        return None, f"liger-kernel not importable ({describe_exception(exc)})"
+    return LigerSoftmaxFunction.apply, None
+
+
+def softmax_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs: bool = False) -> dict:
+    """name -> a maker of ``fn(x)``: ours, ``torch.softmax``, torch.compile of it, Liger; on a GPU
+    ours and torch.compile under CUDA graphs."""
+    from tritonforge.ops.softmax import softmax
+
+    liger, liger_missing = load_liger_softmax()
+    table = _standard_rows(softmax, eager_softmax, cuda_graphs)
+    table["liger"] = (lambda: liger) if liger else liger_missing
+    return {name: maker for name, maker in table.items() if impls is None or name in impls}

@@ -33,6 +33,8 @@ from tritonforge.bench.costs import (
     matmul_cost,
     rmsnorm_forward_backward_cost,
     rmsnorm_forward_cost,
+    softmax_forward_backward_cost,
+    softmax_forward_cost,
     swiglu_forward_backward_cost,
     swiglu_forward_cost,
     swiglu_front_cost,
@@ -48,7 +50,7 @@ from tritonforge.bench.timing import (
     measure,
     relative_error,
 )
-from tritonforge.reference import axpy_ref, rms_norm_ref, swiglu_mlp_front_ref, swiglu_ref
+from tritonforge.reference import axpy_ref, rms_norm_ref, softmax_ref, swiglu_mlp_front_ref, swiglu_ref
 
 RMSNORM_SHAPES = ((4096, 512), (4096, 2048), (4096, 8192), (16384, 4096), (32768, 8192), (1, 8192), (64, 8192))
 RMSNORM_QUICK_SHAPES = ((4096, 2048), (16384, 4096), (64, 8192))
@@ -530,7 +532,52 @@ SWIGLU_FRONT = OpSpec(
 decode (M = 1, 16, 64) and prefill (M = 4096): ours vs cuBLAS two-GEMM + eager elementwise, and
 torch.compile of the same. 16-bit only (the GPU kernel's dtypes)."""
 
-OP_SPECS = {spec.suite: spec for spec in (AXPY, RMSNORM_FORWARD, RMSNORM_FORWARD_BACKWARD, SWIGLU_FORWARD, SWIGLU_FORWARD_BACKWARD, SWIGLU_FRONT)}
+SOFTMAX_SHAPES = ((16384, 1024), (16384, 4096), (16384, 32768), (4096, 131072), (64, 131072), (8, 131072), (1, 131072),
+                  (4, 262144), (1, 262144))  # fmt: skip
+SOFTMAX_QUICK_SHAPES = ((16384, 4096), (1, 131072))
+
+
+def softmax_inputs(shape: tuple, dtype: torch.dtype, device: str) -> Inputs:
+    """Logits of a realistic spread (std 4: a softmax neither uniform nor one-hot)."""
+    return {"x": (4 * torch.randn(*shape, device=device)).to(dtype)}
+
+
+SOFTMAX_FORWARD = OpSpec(
+    suite="softmax",
+    op="softmax",
+    shapes=SOFTMAX_SHAPES,
+    quick_shapes=SOFTMAX_QUICK_SHAPES,
+    make_inputs=softmax_inputs,
+    call=lambda fn, inputs: fn(inputs["x"]),
+    reference=lambda x: softmax_ref(x, upcast=True),
+    cost=lambda shape, dtype: softmax_forward_cost(*shape, dtype),
+    implementations=peers.softmax_implementations,
+    routed_op="softmax",
+    device_time=True,
+    baselines={SAME_SIZE_COPY: same_size_copy_baseline},
+)
+"""Softmax over rows of 1K-256K: tritonforge vs torch.softmax, torch.compile, Liger (and under CUDA
+graphs on a GPU); at each shape a copy of x (the same bytes: read N, write N per row)."""
+
+SOFTMAX_FORWARD_BACKWARD = dataclasses.replace(
+    SOFTMAX_FORWARD,
+    suite="softmax-bwd",
+    op="softmax-fwd-bwd",
+    make_inputs=lambda shape, dtype, device: {**softmax_inputs(shape, dtype, device), "dy": torch.randn(*shape, device=device, dtype=dtype)},
+    cost=lambda shape, dtype: softmax_forward_backward_cost(*shape, dtype),
+    backward=True,
+    grads=("x",),
+    implementations=lambda impls=None, *, cuda_graphs=False: peers.softmax_implementations(impls, cuda_graphs=False),
+    baselines={},
+)
+"""Softmax forward + backward (one training step), checked on y and dx; no reduce-overhead rows
+(see SWIGLU_FORWARD_BACKWARD)."""
+
+OP_SPECS = {
+    spec.suite: spec
+    for spec in (AXPY, RMSNORM_FORWARD, RMSNORM_FORWARD_BACKWARD, SWIGLU_FORWARD, SWIGLU_FORWARD_BACKWARD, SWIGLU_FRONT,
+                 SOFTMAX_FORWARD, SOFTMAX_FORWARD_BACKWARD)
+}  # fmt: skip
 """Every op suite, by name."""
 
 

@@ -9,6 +9,7 @@ module             public function                        chapter
 ``fused_axpy``     ``axpy``                               0
 ``rmsnorm``        ``rms_norm``                           3, 4
 ``swiglu``         ``swiglu``, ``swiglu_mlp_front``       5
+``softmax``        ``softmax``                            6
 ``teaching``       ``vector_add``, ``add_2d``,            2
                    ``program_map``
 =================  =====================================  ==========

@@ -1,0 +1,203 @@
+"""Softmax: the three strategies (one pass, online, split) against float64, forward and backward.
+
+Outputs and the split kernels' state buffers are poisoned with NaN before the kernels run. On the
+CPU the strategies are reached at small sizes by lowering the row-fit limit and the loop block
+(the ``strategy`` fixture); the GPU tests run the real limits at vocabulary-sized rows.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import tritonforge as tfg
+from tritonforge import runtime
+from tritonforge.ops import softmax as softmax_module
+from tritonforge.ops.softmax import plan, softmax
+from tritonforge.reference import softmax_bwd_ref, softmax_ref
+
+from ..helpers import assert_within_budget
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+SMALL = {"one-pass": (32768, 4096), "online": (64, 32), "split": (64, 32)}  # (ROW_FIT_LIMIT, LOOP_BLOCK_N)
+
+
+def _name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_poison(monkeypatch):
+    torch.manual_seed(0)
+
+    def nan_empty(*shape, dtype, device):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(softmax_module, "_empty", nan_empty)
+
+
+@pytest.fixture(params=list(SMALL))
+def strategy(request, monkeypatch, device):
+    """Lower the limits on the CPU so that small rows take each strategy (GPU: real limits)."""
+    if device == "cpu":
+        fit, block = SMALL[request.param]
+        monkeypatch.setattr(softmax_module, "ROW_FIT_LIMIT", fit)
+        monkeypatch.setattr(softmax_module, "LOOP_BLOCK_N", block)
+    return request.param
+
+
+def _skip_unsupported(dtype, device):
+    if dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(device)):
+        pytest.skip("bfloat16 kernels need compute capability >= 8.0")
+
+
+def _budget(out, oracle, lowp, what):
+    floor = 32 * torch.finfo(torch.float64).eps if out.dtype == torch.float64 else None
+    try:
+        assert_within_budget(out, oracle, lowp, floor=floor)
+    except AssertionError as exc:
+        raise AssertionError(f"{what} ({_name(out.dtype)}): {exc}") from None
+
+
+def _rows_for(strategy: str, shape):
+    """A shape whose rows take ``strategy`` under the lowered CPU limits: few long rows split,
+    many long rows loop online, short rows fit."""
+    return {"one-pass": shape, "online": (9, *shape[1:-1], max(shape[-1], 300)), "split": (5, max(shape[-1], 333))}[strategy]
+
+
+def _check(x, expected_strategy=None):
+    M, N = x.numel() // x.shape[-1], x.shape[-1]
+    if expected_strategy is not None:
+        assert plan(M, N, x.dtype, x.device).strategy == expected_strategy
+    with tfg.strict():
+        y = softmax(x)
+    assert tfg.last_path("softmax") in ("triton", "interpreter")
+    assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
+    _budget(y, softmax_ref(x, upcast=True), softmax_ref(x), "y")
+    dy = torch.randn(x.shape, dtype=x.dtype, device=x.device)
+    leaf = x.detach().clone().requires_grad_()
+    with tfg.strict():
+        softmax(leaf).backward(dy)
+    assert tfg.last_path("softmax_backward") in ("triton", "interpreter")
+    y64 = softmax_ref(x, upcast=True)
+    _budget(leaf.grad, softmax_bwd_ref(dy, y64, upcast=True), softmax_bwd_ref(dy, softmax_ref(x)), "dx")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+@pytest.mark.parametrize("shape", [(3, 7), (37, 1000), (2, 5, 123), (1, 1)], ids=str)
+def test_matches_reference(strategy, shape, dtype, device):
+    _skip_unsupported(dtype, device)
+    if strategy != "one-pass" and device == "cuda":
+        pytest.skip("on the GPU the real limits apply: the large-shape tests reach each strategy")
+    if shape == (1, 1) and strategy != "one-pass":
+        pytest.skip("a single element always fits")
+    shape = _rows_for(strategy, shape)
+    _check(torch.randn(shape, dtype=dtype, device=device) * 4, strategy)
+
+
+def test_large_logits_do_not_overflow(strategy, device):
+    """Values around ±1e4: exp overflows without the max subtraction."""
+    x = torch.randn(_rows_for(strategy, (5, 300)), device=device) * 1e4
+    _check(x)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_masked_rows_like_pytorch(strategy, device):
+    """A fully masked (-inf) row is NaN, as in torch.softmax; partly masked rows (a mask covering
+    a whole block or a whole split chunk) are exact; +inf and NaN give NaN rows."""
+    shape = _rows_for(strategy, (6, 300))
+    x = torch.randn(shape, device=device)
+    x[0] = -float("inf")
+    x[1, : shape[-1] // 2] = -float("inf")  # whole blocks and chunks of -inf
+    x[2, 5:] = -float("inf")
+    x[3, 7] = float("inf")
+    x[4, 3] = float("nan")  # (rows 0-4 exist for every strategy: at least 5 rows)
+    y = softmax(x)
+    ref = torch.softmax(x, -1)
+    assert torch.equal(torch.isnan(y), torch.isnan(ref))
+    finite = ~torch.isnan(ref)
+    torch.testing.assert_close(y[finite], ref[finite], rtol=1e-6, atol=1e-7)
+
+
+def test_strided_and_transposed_inputs(device):
+    big = torch.randn(7, 500, device=device)
+    _check(big[:, :333])  # row stride 500: read in place
+    _check(torch.randn(300, 9, device=device).T)  # last dim strided: copied
+
+
+def test_plan(monkeypatch):
+    cpu = torch.device("cpu")
+    assert plan(4096, 1024, torch.bfloat16, cpu) == softmax_module.Plan("one-pass", 1024, 4)
+    assert plan(4096, 32768, torch.float32, cpu).strategy == "one-pass"
+    assert plan(4096, 131072, torch.float32, cpu).strategy == "online"
+    p = plan(1, 131072, torch.float32, cpu)  # the interpreter counts 4 SMs: 16 chunks of 8192
+    assert p.strategy == "split" and p.splits == 16 and p.chunk == 8192 and p.splits * p.chunk >= 131072
+    assert plan(1, 262144, torch.float64, cpu).block_n == softmax_module.LOOP_BLOCK_N // 2
+    for M, N in [(1, 40000), (3, 100000), (7, 33000), (1, 10**6)]:
+        p = plan(M, N, torch.bfloat16, cpu)
+        if p.strategy == "split":
+            assert p.splits & (p.splits - 1) == 0 and p.splits <= softmax_module.MAX_SPLITS
+            assert p.chunk % p.block_n == 0 and p.splits * p.chunk >= N
+
+
+@pytest.mark.parametrize("shape", [(6, 37), (3, 5, 16)], ids=str)
+def test_gradcheck_fp64_through_the_kernels(strategy, shape, device):
+    """Past the lowered limits for online and split (rows of 71 > 64): gradcheck's fast mode (a
+    random projection of the Jacobian) keeps the interpreter's time small."""
+    if strategy != "one-pass":
+        shape = (9, 71) if strategy == "online" else (5, 71)
+    x = torch.randn(shape, dtype=torch.float64, device=device)
+    assert plan(x.numel() // x.shape[-1], x.shape[-1], x.dtype, x.device).strategy == strategy or device == "cuda"
+    with tfg.strict():
+        assert torch.autograd.gradcheck(softmax, (x.requires_grad_(),), fast_mode=strategy != "one-pass")
+    assert tfg.last_path("softmax_backward") in ("triton", "interpreter")
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (4, 0), (2, 0, 16)], ids=str)
+def test_empty_input(shape, device):
+    x = torch.randn(shape, device=device, requires_grad=True)
+    y = softmax(x)
+    assert y.shape == x.shape and tfg.last_route("softmax").reason == "empty"
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+
+
+def test_bad_inputs(device):
+    with pytest.raises(TypeError, match="x"):
+        softmax([1.0, 2.0])
+    with pytest.raises(TypeError, match="x"):
+        softmax(torch.arange(6, device=device).reshape(2, 3))
+    with pytest.raises(ValueError, match="x"):
+        softmax(torch.tensor(1.0, device=device))
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU only: the real limits, vocabulary-sized rows
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape,dtype",
+    [((4096, 1000), torch.bfloat16), ((1823, 32768), torch.float32), ((300, 40001), torch.bfloat16),
+     ((1, 131072), torch.float32), ((3, 262144), torch.bfloat16), ((64, 131072), torch.float16),
+     ((5, 7, 4099), torch.float32), ((1, 1000003), torch.float32)],
+    ids=str,
+)  # fmt: skip
+def test_gpu_large(shape, dtype):
+    x = torch.randn(shape, dtype=dtype, device="cuda") * 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning
+        _check(x)
+    assert tfg.last_path("softmax") == "triton"
+
+
+@pytest.mark.gpu
+def test_gpu_each_strategy_is_reached():
+    device = torch.device("cuda")
+    assert plan(4096, 4096, torch.bfloat16, device).strategy == "one-pass"
+    assert plan(4096, 131072, torch.bfloat16, device).strategy == "online"
+    assert plan(1, 131072, torch.bfloat16, device).strategy == "split"

@@ -1,0 +1,498 @@
+r"""Fused softmax over the last dimension, forward and backward, for rows of any length.
+
+Math. For a row :math:`x \in \mathbb{R}^N`, with :math:`m = \max_j x_j`:
+
+.. math:: y_i = \frac{e^{x_i - m}}{s}, \qquad s = \sum_j e^{x_j - m}.
+
+Subtracting the max changes nothing mathematically and keeps every exponent <= 0, so nothing
+overflows. The textbook way needs three passes over the row: the max, the sum, the output.
+
+Online normalizer (Milakov & Gimelshein, 2018). A running state ``(m, s)`` over a prefix of the
+row is updated block by block: when a block raises the max from ``m`` to ``m'``, the sum so far is
+rescaled by ``exp(m - m')``, so that after every block ``s = sum_{j seen} exp(x_j - m)`` exactly.
+Two states of disjoint parts merge the same way:
+
+.. math:: m = \max(m_1, m_2), \qquad s = s_1 e^{m_1 - m} + s_2 e^{m_2 - m}.
+
+An empty part has the state ``(-inf, 0)`` and contributes nothing (the kernels test for it:
+``exp(-inf - (-inf))`` would be NaN).
+
+Backward. :math:`\partial y_i / \partial x_j = y_i(\delta_{ij} - y_j)`, so
+
+.. math:: dx = y \odot \big(dy - \langle dy, y \rangle\big),
+
+which needs only ``y`` (saved by the forward), never ``x``: read ``dy`` and ``y``, write ``dx``.
+
+Three forward strategies, chosen per call by :func:`fwd_config`:
+
+- **one pass** (``N <= ROW_FIT_LIMIT``): one program per row holds the row in registers: read
+  once, write once (the least traffic, 2 tensors' worth);
+- **online** (longer rows, enough of them to fill the GPU): one program per row, pass 1 the
+  online state block by block (lane-wise: each lane keeps its own running max and sum, combined
+  once at the end, so the loop has no cross-lane reduction), pass 2 the output: 2 reads + 1 write
+  instead of the safe softmax's 3 + 1;
+- **split** (long rows, too few to fill the GPU, e.g. one vocabulary-sized row per token at
+  decode): each row is cut into ``SPLITS`` chunks, one program each; a first kernel writes every
+  chunk's state, a second merges the row's states and writes its chunk of ``y``.
+
+The backward follows the same three shapes with the dot product ``<dy, y>`` in place of the state.
+
+Dtypes: arithmetic in float32 for 16-bit and float32 inputs, float64 for float64 (gradcheck
+through the kernels); the output in x's dtype. Fully masked rows (all ``-inf``) give NaN, as
+``torch.softmax`` does. Layouts: any leading shape; rows may be strided; a last dimension without
+unit stride is copied. Outputs are new contiguous tensors.
+
+How it meets PyTorch: the template of :mod:`tritonforge.ops.rmsnorm` (custom ops with fake
+implementations, ``register_autograd`` saving the output, a vmap rule, routed launches, the
+reference for ``create_graph`` and for forward-mode AD / ``torch.func`` transforms other than vmap).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+
+from tritonforge import runtime
+from tritonforge._triton import tl, triton
+from tritonforge.kernel_utils import acc_dtype, cast_for_store, round_bf16_by_hand
+from tritonforge.reference import softmax_bwd_ref, softmax_ref
+
+SOFTMAX_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _online_state(
+    x_row,  # pointer to the row's first element
+    start,  # the part of the row to reduce: [start, end)
+    end,
+    BLOCK_N: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+):
+    """``(m, s)`` of ``x_row[start:end]`` in one pass; ``(-inf, 0)`` for an empty or all -inf part."""
+    cols = tl.arange(0, BLOCK_N)
+    m_lane = tl.full([BLOCK_N], -float("inf"), ACC_DTYPE)  # each lane's running max
+    s_lane = tl.zeros([BLOCK_N], dtype=ACC_DTYPE)  # each lane's sum of exp(x - m_lane)
+    for off in range(start, end, BLOCK_N):
+        idx = off + cols
+        x = tl.load(x_row + idx, mask=idx < end, other=-float("inf"), eviction_policy="evict_last").to(ACC_DTYPE)
+        m_new = tl.maximum(m_lane, x)
+        # A lane that has seen only -inf keeps (m, s) = (-inf, 0): subtract 0 there, not -inf.
+        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+        s_lane = s_lane * tl.exp(m_lane - m_ref) + tl.exp(x - m_ref)
+        m_lane = m_new
+    m = tl.max(m_lane, axis=0)
+    s = tl.sum(tl.where(m_lane == -float("inf"), 0.0, s_lane * tl.exp(m_lane - m)), axis=0)
+    return m, s
+
+
+@triton.jit
+def _write_softmax(x_row, y_row, start, end, m, s, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """``y[start:end] = exp(x - m) / s``: the second pass (x again, from L2 where it still is)."""
+    cols = tl.arange(0, BLOCK_N)
+    inv_s = 1.0 / s  # all -inf row: s = 0, exp(x - m) = NaN: NaN, as torch.softmax
+    for off in range(start, end, BLOCK_N):
+        idx = off + cols
+        mask = idx < end
+        x = tl.load(x_row + idx, mask=mask, other=0.0, eviction_policy="evict_first").to(ACC_DTYPE)
+        tl.store(y_row + idx, cast_for_store(tl.exp(x - m) * inv_s, y_row.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+@triton.jit
+def _softmax_fwd_kernel(
+    x_ptr,  # *x [M, N]: row stride x_row_stride, unit column stride
+    y_ptr,  # *y [M, N], contiguous, x's dtype
+    x_row_stride,
+    N,
+    BLOCK_N: tl.constexpr,  # one pass: >= N (the whole row); online: the loop's block
+    ROW_FITS: tl.constexpr,  # one pass, the row in registers
+    ACC_DTYPE: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
+):
+    """One program per row: one pass when the row fits, else the online state then the output."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    y_row = y_ptr + row * N
+    if ROW_FITS:
+        cols = tl.arange(0, BLOCK_N)
+        mask = cols < N
+        x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(ACC_DTYPE)
+        e = tl.exp(x - tl.max(x, axis=0))  # masked lanes: exp(-inf) = 0
+        y = e * (1.0 / tl.sum(e, axis=0))
+        tl.store(y_row + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+    else:
+        m, s = _online_state(x_row, 0, N, BLOCK_N, ACC_DTYPE)
+        _write_softmax(x_row, y_row, 0, N, m, s, BLOCK_N, ACC_DTYPE, ROUND_BF16)
+
+
+@triton.jit
+def _softmax_split_state_kernel(
+    x_ptr,  # *x [M, N]
+    m_ptr,  # *[M, SPLITS] ACC_DTYPE: each chunk's max
+    s_ptr,  # *[M, SPLITS] ACC_DTYPE: each chunk's sum of exp(x - max)
+    x_row_stride,
+    N,
+    chunk,  # elements per chunk (a multiple of BLOCK_N); trailing chunks may be empty
+    SPLITS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+):
+    """Program (row, split): the online state of one chunk of one row."""
+    row = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    start = split * chunk
+    m, s = _online_state(x_ptr + row * x_row_stride, start, tl.minimum(start + chunk, N), BLOCK_N, ACC_DTYPE)
+    tl.store(m_ptr + row * SPLITS + split, m)
+    tl.store(s_ptr + row * SPLITS + split, s)
+
+
+@triton.jit
+def _softmax_split_write_kernel(
+    x_ptr,
+    y_ptr,  # *y [M, N], contiguous
+    m_ptr,
+    s_ptr,
+    x_row_stride,
+    N,
+    chunk,
+    SPLITS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
+):
+    """Program (row, split): merge the row's SPLITS states, then write this chunk of y."""
+    row = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    parts = tl.arange(0, SPLITS)
+    ms = tl.load(m_ptr + row * SPLITS + parts)
+    ss = tl.load(s_ptr + row * SPLITS + parts)
+    m = tl.max(ms, axis=0)
+    s = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m)), axis=0)  # the merge rule
+    start = split * chunk
+    _write_softmax(x_ptr + row * x_row_stride, y_ptr + row * N, start, tl.minimum(start + chunk, N), m, s, BLOCK_N, ACC_DTYPE, ROUND_BF16)
+
+
+@triton.jit
+def _dot_part(dy_row, y_row, start, end, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr):
+    """``sum(dy * y)`` over ``[start, end)`` of one row."""
+    cols = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], dtype=ACC_DTYPE)
+    for off in range(start, end, BLOCK_N):
+        idx = off + cols
+        mask = idx < end
+        dy = tl.load(dy_row + idx, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
+        y = tl.load(y_row + idx, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
+        acc += dy * y
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _write_dx(dy_row, y_row, dx_row, start, end, dot, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):
+    cols = tl.arange(0, BLOCK_N)
+    for off in range(start, end, BLOCK_N):
+        idx = off + cols
+        mask = idx < end
+        dy = tl.load(dy_row + idx, mask=mask, other=0.0, eviction_policy="evict_first").to(ACC_DTYPE)
+        y = tl.load(y_row + idx, mask=mask, other=0.0, eviction_policy="evict_first").to(ACC_DTYPE)
+        tl.store(dx_row + idx, cast_for_store(y * (dy - dot), dx_row.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_kernel(
+    dy_ptr,  # *dy [M, N]: row stride dy_row_stride, unit column stride
+    y_ptr,  # *y [M, N], contiguous (the forward's output)
+    dx_ptr,  # *dx [M, N], contiguous
+    dy_row_stride,
+    N,
+    BLOCK_N: tl.constexpr,
+    ROW_FITS: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
+):
+    """One program per row: ``dx = y * (dy - sum(dy * y))``; one pass when the row fits, else two."""
+    row = tl.program_id(0).to(tl.int64)
+    dy_row = dy_ptr + row * dy_row_stride
+    y_row = y_ptr + row * N
+    dx_row = dx_ptr + row * N
+    if ROW_FITS:
+        cols = tl.arange(0, BLOCK_N)
+        mask = cols < N
+        dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(ACC_DTYPE)
+        y = tl.load(y_row + cols, mask=mask, other=0.0).to(ACC_DTYPE)
+        dx = y * (dy - tl.sum(dy * y, axis=0))
+        tl.store(dx_row + cols, cast_for_store(dx, dx_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+    else:
+        dot = _dot_part(dy_row, y_row, 0, N, BLOCK_N, ACC_DTYPE)
+        _write_dx(dy_row, y_row, dx_row, 0, N, dot, BLOCK_N, ACC_DTYPE, ROUND_BF16)
+
+
+@triton.jit
+def _softmax_bwd_split_dot_kernel(dy_ptr, y_ptr, dot_ptr, dy_row_stride, N, chunk, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
+                                  ACC_DTYPE: tl.constexpr):  # fmt: skip
+    """Program (row, split): this chunk's part of ``<dy, y>`` into ``dot[row, split]``."""
+    row = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    start = split * chunk
+    part = _dot_part(dy_ptr + row * dy_row_stride, y_ptr + row * N, start, tl.minimum(start + chunk, N), BLOCK_N, ACC_DTYPE)
+    tl.store(dot_ptr + row * SPLITS + split, part)
+
+
+@triton.jit
+def _softmax_bwd_split_write_kernel(dy_ptr, y_ptr, dx_ptr, dot_ptr, dy_row_stride, N, chunk, SPLITS: tl.constexpr,
+                                    BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
+    """Program (row, split): sum the row's partial dots, then write this chunk of dx."""
+    row = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    dot = tl.sum(tl.load(dot_ptr + row * SPLITS + tl.arange(0, SPLITS)), axis=0)
+    start = split * chunk
+    _write_dx(dy_ptr + row * dy_row_stride, y_ptr + row * N, dx_ptr + row * N, start, tl.minimum(start + chunk, N), dot, BLOCK_N,
+              ACC_DTYPE, ROUND_BF16)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# Heuristics: which strategy, block sizes, splits
+# ----------------------------------------------------------------------------------------------
+
+ROW_FIT_LIMIT = 32768
+"""Longest row kept whole in registers (elements; float64 rows: half): read once, written once."""
+
+LOOP_BLOCK_N = 4096
+"""The block of the online and split loops (elements; float64: half)."""
+
+MAX_SPLITS = 64
+"""Most chunks a row is cut into (a power of two: the merge loads all states of a row at once)."""
+
+INTERPRETER_SMS = 4
+"""What the heuristics take as the SM count in the interpreter (it has none): few splits."""
+
+
+class Plan(NamedTuple):
+    """How one call runs: ``strategy`` is "one-pass", "online" or "split"."""
+
+    strategy: str
+    block_n: int
+    num_warps: int
+    splits: int = 1
+    chunk: int = 0
+
+
+def _warps(block_n: int) -> int:
+    return 4 if block_n <= 1024 else (8 if block_n <= 8192 else 16)
+
+
+def plan(M: int, N: int, dtype: torch.dtype, device: torch.device) -> Plan:
+    """The strategy for ``M`` rows of ``N`` (forward and backward alike).
+
+    Rows that fit (:data:`ROW_FIT_LIMIT`) take one pass. Longer rows take the online loop when
+    there are at least two rows per SM; fewer rows are split into chunks so that about four
+    programs per SM work (a power of two of chunks, each a whole number of loop blocks)."""
+    return _plan_cached(M, N, dtype, _sm_count(device), ROW_FIT_LIMIT, LOOP_BLOCK_N, MAX_SPLITS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_block: int, max_splits: int) -> Plan:
+    if dtype == torch.float64:
+        fit, loop_block = fit // 2, loop_block // 2
+    width = triton.next_power_of_2(max(N, 1))
+    if width <= fit:
+        return Plan("one-pass", width, _warps(width))
+    if M >= 2 * sms:
+        return Plan("online", loop_block, _warps(loop_block))
+    blocks = triton.cdiv(N, loop_block)
+    splits = min(max_splits, blocks, triton.next_power_of_2(triton.cdiv(4 * sms, M)))
+    splits = 1 << (splits.bit_length() - 1)  # a power of two, <= the bound
+    if splits < 2:
+        return Plan("online", loop_block, _warps(loop_block))
+    chunk = triton.cdiv(blocks, splits) * loop_block
+    return Plan("split", loop_block, _warps(loop_block), splits, chunk)
+
+
+def _sm_count(device: torch.device) -> int:
+    if runtime.interpreting() or device.type != "cuda":
+        return INTERPRETER_SMS
+    return runtime.sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+# ----------------------------------------------------------------------------------------------
+# Launchers
+# ----------------------------------------------------------------------------------------------
+
+_empty = torch.empty
+
+
+def as_rows(t: torch.Tensor, N: int) -> torch.Tensor:
+    """``t`` as ``[M, N]`` rows with unit column stride: a view where possible, else a copy."""
+    if N > 1 and t.stride(-1) != 1:
+        t = t.contiguous()
+    return t if t.dim() == 2 else t.reshape(-1, N)
+
+
+def softmax_fwd(x: torch.Tensor) -> torch.Tensor:
+    """Launch the forward: ``y`` a new contiguous tensor of x's shape and dtype."""
+    N = x.shape[-1]
+    x_rows = as_rows(x, N)
+    M = x_rows.shape[0]
+    y = _empty(*x.shape, dtype=x.dtype, device=x.device)
+    p = plan(M, N, x.dtype, x.device)
+    flags = dict(ACC_DTYPE=acc_dtype(x.dtype))
+    rounding = round_bf16_by_hand(x.dtype)
+    if p.strategy != "split":
+        _softmax_fwd_kernel[(M,)](x_rows, y, x_rows.stride(0), N, BLOCK_N=p.block_n, ROW_FITS=p.strategy == "one-pass",
+                                  ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
+        return y
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    m = _empty(M, p.splits, dtype=acc, device=x.device)
+    s = _empty(M, p.splits, dtype=acc, device=x.device)
+    grid = (M, p.splits)
+    _softmax_split_state_kernel[grid](x_rows, m, s, x_rows.stride(0), N, p.chunk, SPLITS=p.splits, BLOCK_N=p.block_n,
+                                      num_warps=p.num_warps, **flags)  # fmt: skip
+    _softmax_split_write_kernel[grid](x_rows, y, m, s, x_rows.stride(0), N, p.chunk, SPLITS=p.splits, BLOCK_N=p.block_n,
+                                      ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
+    return y
+
+
+def softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Launch the backward: ``dx`` a new contiguous tensor of y's shape and dtype."""
+    N = y.shape[-1]
+    dy_rows = as_rows(dy, N)
+    y_rows = as_rows(y, N).contiguous()  # the forward's own output: contiguous already
+    M = y_rows.shape[0]
+    dx = _empty(*y.shape, dtype=y.dtype, device=y.device)
+    p = plan(M, N, y.dtype, y.device)
+    flags = dict(ACC_DTYPE=acc_dtype(y.dtype))
+    rounding = round_bf16_by_hand(y.dtype)
+    if p.strategy != "split":
+        _softmax_bwd_kernel[(M,)](dy_rows, y_rows, dx, dy_rows.stride(0), N, BLOCK_N=p.block_n, ROW_FITS=p.strategy == "one-pass",
+                                  ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
+        return dx
+    acc = torch.float64 if y.dtype == torch.float64 else torch.float32
+    dots = _empty(M, p.splits, dtype=acc, device=y.device)
+    grid = (M, p.splits)
+    _softmax_bwd_split_dot_kernel[grid](dy_rows, y_rows, dots, dy_rows.stride(0), N, p.chunk, SPLITS=p.splits,
+                                        BLOCK_N=p.block_n, num_warps=p.num_warps, **flags)  # fmt: skip
+    _softmax_bwd_split_write_kernel[grid](dy_rows, y_rows, dx, dots, dy_rows.stride(0), N, p.chunk, SPLITS=p.splits,
+                                          BLOCK_N=p.block_n, ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
+    return dx
+
+
+# ----------------------------------------------------------------------------------------------
+# Routing
+# ----------------------------------------------------------------------------------------------
+
+OP = "softmax"
+BACKWARD_OP = "softmax_backward"
+
+
+def _forward_routed(x: torch.Tensor) -> torch.Tensor:
+    if x.numel() == 0:
+        runtime.record_empty(OP)
+        return softmax_ref(x).contiguous()
+    return runtime.dispatch(OP, device=x.device, dtype=x.dtype, kernel=lambda: softmax_fwd(x), reference=lambda: softmax_ref(x).contiguous())
+
+
+def _backward_routed(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    if y.numel() == 0:
+        runtime.record_empty(BACKWARD_OP)
+        return torch.zeros_like(y)
+    return runtime.dispatch(BACKWARD_OP, device=y.device, dtype=y.dtype, kernel=lambda: softmax_bwd(dy, y),
+                            reference=lambda: softmax_bwd_ref(dy, y))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# The PyTorch operators
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("tritonforge::softmax", mutates_args=())
+def softmax_op(x: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim, routed; differentiable through :func:`backward`."""
+    return _forward_routed(x)
+
+
+@softmax_op.register_fake
+def _(x):
+    return x.new_empty(x.shape)
+
+
+@torch.library.custom_op("tritonforge::softmax_backward", mutates_args=())
+def softmax_backward_op(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``dx = y * (dy - sum(dy * y, -1))``, routed."""
+    return _backward_routed(dy, y)
+
+
+@softmax_backward_op.register_fake
+def _(dy, y):
+    return y.new_empty(y.shape)
+
+
+def setup_context(ctx, inputs, output):
+    """The backward needs only the output y."""
+    ctx.save_for_backward(output)
+
+
+def backward(ctx, dy):
+    """dx from the backward operator, or from the differentiable reference under ``create_graph``."""
+    (y,) = ctx.saved_tensors
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        return runtime.dispatch_reference(
+            BACKWARD_OP, "autograd", "create_graph=True: the backward kernel is not differentiable; "
+            "the PyTorch reference backward is, so double backward is exact",
+            lambda: softmax_bwd_ref(dy, y),
+        )  # fmt: skip
+    return softmax_backward_op(dy, y)
+
+
+softmax_op.register_autograd(backward, setup_context=setup_context)
+
+
+def _vmap_rule(info, in_dims, x):
+    """``vmap``: row-wise over the last dimension, so the batch dimension moves to the front."""
+    (x_dim,) = in_dims
+    return softmax_op(x.movedim(x_dim, 0)), 0
+
+
+softmax_op.register_vmap(_vmap_rule)
+
+
+# ----------------------------------------------------------------------------------------------
+# The public function
+# ----------------------------------------------------------------------------------------------
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension: ``exp(x - max) / sum(exp(x - max))`` per row.
+
+    Arithmetic in float32 (float64 for float64 inputs), the result in x's dtype; a row of all
+    ``-inf`` gives NaN, as ``torch.softmax``. Differentiable (the backward needs only the output),
+    twice too (through the PyTorch reference), and usable under ``torch.compile(fullgraph=True)``,
+    CUDA graphs and ``torch.func.vmap`` through the kernels. Forward-mode AD and
+    ``torch.func.grad``/``jvp`` take the PyTorch reference (a routed fallback).
+
+    Args:
+        x: float16, bfloat16, float32 or float64 tensor ``[..., N]``, any leading shape; rows may
+            be strided; a last dimension without unit stride is copied.
+
+    Returns:
+        A new contiguous tensor of x's shape and dtype. ``tfg.last_path("softmax")`` tells which
+        path computed it, ``tfg.last_path("softmax_backward")`` the latest backward's;
+        :func:`plan` which strategy (one pass, online, split) a shape takes.
+    """
+    runtime.check_tensor("x", x, dtypes=SOFTMAX_DTYPES, ndim_min=1)
+    needs_grad = torch.is_grad_enabled() and x.requires_grad
+    if torch.compiler.is_compiling():
+        return softmax_op(x)
+    if x.numel() == 0:
+        runtime.record_empty(OP)
+        return softmax_ref(x).contiguous()
+    mode = runtime.autograd_mode_unsupported(x, vmap_ok=not needs_grad)
+    if mode is not None:
+        return runtime.dispatch_reference(OP, "autograd", mode, lambda: softmax_ref(x).contiguous())
+    if needs_grad or torch._C._functorch.peek_interpreter_stack() is not None:
+        return softmax_op(x)
+    return _forward_routed(x)  # eager inference: skip the dispatcher
