@@ -30,3 +30,37 @@ def assert_within_budget(
     base = max_rel_error(baseline, ref)
     budget = factor * base + floor
     assert err <= budget, f"relative error {err:.3e} exceeds budget {budget:.3e} (PyTorch's own: {base:.3e})"
+
+
+# ---- shared by the op test modules (tests/ops/test_swiglu.py, test_softmax.py) ----------------
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"`` (test ids and messages)."""
+    return str(dtype).replace("torch.", "")
+
+
+def nan_empty(*shape, dtype, device) -> torch.Tensor:
+    """A stand-in for ``torch.empty`` in a launcher: the buffer starts as NaN, so an element a
+    kernel forgets to write fails the test (monkeypatch it over the module's ``_empty``)."""
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def skip_unsupported(dtype: torch.dtype, device: str) -> None:
+    """Skip (with the reason) a bf16 case on a GPU the package runs no bf16 kernel on."""
+    import pytest
+
+    from tritonforge import runtime
+
+    if dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(device)):
+        pytest.skip("bfloat16 kernels need compute capability >= 8.0")
+
+
+def budget(out: torch.Tensor, oracle: torch.Tensor, lowp: torch.Tensor, what: str) -> None:
+    """:func:`assert_within_budget`, labelled with what is compared; float64 outputs get a floor of
+    a few roundings (PyTorch's own float64 computation *is* the oracle there: its error is 0)."""
+    floor = 32 * torch.finfo(torch.float64).eps if out.dtype == torch.float64 else None
+    try:
+        assert_within_budget(out, oracle, lowp, floor=floor)
+    except AssertionError as exc:
+        raise AssertionError(f"{what} ({dtype_name(out.dtype)}): {exc}") from None

@@ -11,42 +11,23 @@ import pytest
 import torch
 
 import tritonforge as tfg
-from tritonforge import runtime
 from tritonforge.ops import swiglu as swiglu_module
 from tritonforge.ops.swiglu import swiglu, swiglu_bwd, swiglu_mlp_front
 from tritonforge.reference import swiglu_bwd_ref, swiglu_mlp_front_ref, swiglu_ref
 
-from ..helpers import assert_within_budget
+from ..helpers import budget as _budget
+from ..helpers import dtype_name as _name
+from ..helpers import nan_empty
+from ..helpers import skip_unsupported as _skip_unsupported
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 HALF = [torch.float16, torch.bfloat16]
 
 
-def _name(dtype):
-    return str(dtype).replace("torch.", "")
-
-
 @pytest.fixture(autouse=True)
 def _seed_and_poison(monkeypatch):
     torch.manual_seed(0)
-
-    def nan_empty(*shape, dtype, device):
-        return torch.full(shape, float("nan"), dtype=dtype, device=device)
-
     monkeypatch.setattr(swiglu_module, "_empty", nan_empty)
-
-
-def _skip_unsupported(dtype, device):
-    if dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(device)):
-        pytest.skip("bfloat16 kernels need compute capability >= 8.0")
-
-
-def _budget(out, oracle, lowp, what):
-    floor = 32 * torch.finfo(torch.float64).eps if out.dtype == torch.float64 else None
-    try:
-        assert_within_budget(out, oracle, lowp, floor=floor)
-    except AssertionError as exc:
-        raise AssertionError(f"{what} ({_name(out.dtype)}): {exc}") from None
 
 
 def _check_forward(gate, up):
