@@ -38,10 +38,14 @@ from tritonforge.exercise.core import (
     changed,
     check,
     compare_tensors,
+    dtype_name,
     element_map,
     format_values,
     guarded,
     kernel_device,
+    largest_difference,
+    matches,
+    quiet,
     require_kernel,
     run_trial,
     snapshot,
@@ -54,15 +58,6 @@ GLU_BLOCK_N = 32
 ``cdiv(N, 32)`` programs, the last one ragged unless 32 divides ``N``."""
 
 GLU_MARGIN = (1, GLU_BLOCK_N + 1)  # NaN past each row: room for a whole block past the edge
-
-
-def _quiet(run, *args):
-    """Run a kernel with numpy's floating-point warnings off: an ``exp`` that overflows in the
-    interpreter is the verdict's business (it names it), not a warning under the table."""
-    import numpy as np  # the interpreter computes with numpy; imported late to keep imports light
-
-    with np.errstate(all="ignore"):
-        return run(*args)
 
 
 def _outside(buffer: torch.Tensor, views: Sequence[torch.Tensor]) -> int:
@@ -111,24 +106,6 @@ def _nonfinite_where_large(out: torch.Tensor, expected: torch.Tensor, gate: torc
         return None
     where_large = gate.detach().double().cpu().abs() >= large
     return int(bad.sum()) if not (bad & ~where_large).any() else None
-
-
-def _matches(got: torch.Tensor, candidate: torch.Tensor, rtol: float) -> bool:
-    """True if ``got`` equals ``candidate`` within the check's budget (to name a known mistake)."""
-    got64, cand64 = got.detach().double().cpu(), candidate.double().cpu()
-    if got64.shape != cand64.shape or not bool(torch.isfinite(got64).all()):
-        return False
-    scale = max(1.0, float(cand64.abs().max())) if cand64.numel() else 1.0
-    return bool(((got64 - cand64).abs() <= rtol * scale).all())
-
-
-def _largest_difference(got: torch.Tensor, expected: torch.Tensor) -> str:
-    diff = (got.detach().double().cpu() - expected.double().cpu()).abs()
-    return "nan (some elements were never written, or are NaN)" if bool(diff.isnan().any()) else f"{float(diff.max()):.3g}"
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +189,7 @@ def _geglu_run(fn, inp: dict) -> dict:
     M, N = gate.view.shape
     (out,) = _poisoned(M, N, gate.view.dtype, 1, halves=False, extra=GLU_BLOCK_N + 2)
     before = snapshot(gate, up)
-    _quiet(launch_geglu, fn, gate.view, up.view, out.view)
+    quiet(launch_geglu, fn, gate.view, up.view, out.view)
     synchronize(out.view)
     return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((gate, up), before)}
 
@@ -243,9 +220,9 @@ def _compare_geglu(got: dict, expected: torch.Tensor, inp: dict) -> Verdict:
     if "wrong values" not in verdict.detail:
         return verdict
     out = got["out"]
-    if _matches(out, torch.nn.functional.gelu(gate.double()) * up.double(), rtol):
+    if matches(out, torch.nn.functional.gelu(gate.double()) * up.double(), rtol):
         hint = "this is the exact GELU, 0.5·g·(1 + erf(g/√2)): the exercise asks for the tanh approximation"
-    elif _matches(out, gelu_tanh_ref(up) * gate.double(), rtol):
+    elif matches(out, gelu_tanh_ref(up) * gate.double(), rtol):
         hint = "this is gelu(up)·gate: the activation goes on gate, and up multiplies it"
     else:
         hint = GEGLU_HINT
@@ -301,10 +278,10 @@ def try_geglu(kernel, gate: torch.Tensor, up: torch.Tensor) -> Trial:
         return [
             ("yours, row 0:", format_values(got["out"][0])),
             ("expected, row 0:", format_values(expected[0])),
-            ("max |out − gelu_tanh(gate)·up|:", _largest_difference(got["out"], expected)),
+            ("max |out − gelu_tanh(gate)·up|:", largest_difference(got["out"], expected)),
         ]
 
-    return run_trial(kernel, case, inputs, title=f"geglu_kernel on gate {list(gate.shape)} {_dtype_name(gate.dtype)}", show=show)
+    return run_trial(kernel, case, inputs, title=f"geglu_kernel on gate {list(gate.shape)} {dtype_name(gate.dtype)}", show=show)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -355,7 +332,7 @@ def _bwd_run(fn, inp: dict) -> dict:
     M, N = gate.view.shape
     dgate, dup = _poisoned(M, N, gate.view.dtype, 2, halves=inp["halves"], extra=GLU_BLOCK_N + 2)
     before = snapshot(gate, up, dy)
-    _quiet(launch_swiglu_bwd, fn, gate.view, up.view, dy.view, dgate.view, dup.view)
+    quiet(launch_swiglu_bwd, fn, gate.view, up.view, dy.view, dgate.view, dup.view)
     synchronize(dup.view)
     if dgate.buffer is dup.buffer:  # side by side in one buffer: a write past either is outside both
         outside = {"both": _outside(dup.buffer, (dgate.view, dup.view))}
@@ -378,7 +355,7 @@ SWIGLU_OVERFLOW_HINT = (
 def _dgate_hint(got: torch.Tensor, inp: dict, expected: dict, rtol: float) -> str:
     g, u, d = (inp[k].view.double().cpu() for k in ("gate", "up", "dy"))
     s = torch.sigmoid(g)
-    if _matches(got, expected["dup"], rtol):
+    if matches(got, expected["dup"], rtol):
         return "dgate holds dup's values: dgate and dup are swapped"
     known = [
         (d * u * s, "dgate = dy·up·σ(g) misses the factor (1 + g·(1 − σ(g))): d silu/dg = σ + g·σ·(1 − σ), the product rule"),
@@ -387,16 +364,16 @@ def _dgate_hint(got: torch.Tensor, inp: dict, expected: dict, rtol: float) -> st
         (d * s * (1 + g * (1 - s)), "up is missing from dgate: y = silu(g)·up, so dgate = dy·up·silu'(g)"),
     ]
     for candidate, hint in known:
-        if _matches(got, candidate, rtol):
+        if matches(got, candidate, rtol):
             return hint
     return "dgate = dy·up·σ(g)·(1 + g·(1 − σ(g))), σ recomputed from gate in float32"
 
 
 def _dup_hint(got: torch.Tensor, inp: dict, expected: dict, rtol: float) -> str:
     g, d = inp["gate"].view.double().cpu(), inp["dy"].view.double().cpu()
-    if _matches(got, expected["dgate"], rtol):
+    if matches(got, expected["dgate"], rtol):
         return "dup holds dgate's values: dgate and dup are swapped"
-    if _matches(got, d * torch.sigmoid(g), rtol):
+    if matches(got, d * torch.sigmoid(g), rtol):
         return "dup = dy·σ(g) misses g: dup = dy·silu(g) = dy·g·σ(g)"
     return "dup = dy·silu(g) = dy·g·σ(g)"
 
@@ -484,11 +461,11 @@ def try_swiglu_bwd(kernel, gate: torch.Tensor, up: torch.Tensor, dy: torch.Tenso
 
     def show(got, expected):
         return [
-            ("max |dgate − formula|:", _largest_difference(got["dgate"], expected["dgate"])),
-            ("max |dup − formula|:", _largest_difference(got["dup"], expected["dup"])),
+            ("max |dgate − formula|:", largest_difference(got["dgate"], expected["dgate"])),
+            ("max |dup − formula|:", largest_difference(got["dup"], expected["dup"])),
         ]
 
-    return run_trial(kernel, case, inputs, title=f"swiglu_bwd_kernel on gate {list(gate.shape)} {_dtype_name(gate.dtype)}", show=show)
+    return run_trial(kernel, case, inputs, title=f"swiglu_bwd_kernel on gate {list(gate.shape)} {dtype_name(gate.dtype)}", show=show)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -573,7 +550,7 @@ def _matmul_run(fn, inp: dict) -> dict:
         nan, (row_stride, 1), margin=MATMUL_OUT_MARGIN, device=x.view.device.type, min_size=_room((M, N), (row_stride, 1), 0, MATMUL_OUT_MARGIN)
     )
     before = snapshot(x, w, b)
-    _quiet(launch_matmul_bias_silu, fn, x.view, w.view, b.view, out.view)
+    quiet(launch_matmul_bias_silu, fn, x.view, w.view, b.view, out.view)
     synchronize(out.view)
     return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, w, b), before), "guard": out}
 
@@ -596,12 +573,12 @@ def _matmul_hint(got: dict, inp: dict, error: Optional[float], expected: torch.T
     K = x.shape[1]
     whole = K // MATMUL_BLOCK_K * MATMUL_BLOCK_K
     scale = max(1.0, float(expected.abs().max()))
-    if _matches(out, torch.nn.functional.silu(x @ w) + b, rtol):
+    if matches(out, torch.nn.functional.silu(x @ w) + b, rtol):
         return "SiLU came before the bias: add b first, then apply silu to the sum"
-    if whole < K and _matches(out, torch.nn.functional.silu(x[:, :whole] @ w[:whole] + b), rtol):
+    if whole < K and matches(out, torch.nn.functional.silu(x[:, :whole] @ w[:whole] + b), rtol):
         return f"the last, partial slice of K is missing (K = {K}): loop over cdiv(K, BLOCK_K) slices and mask k < K"
     rows = min(out.shape[0], b.numel())  # b[row] exists for these rows only
-    if rows > 1 and _matches(out[:rows], torch.nn.functional.silu(x[:rows] @ w + b[:rows, None]), rtol):
+    if rows > 1 and matches(out[:rows], torch.nn.functional.silu(x[:rows] @ w + b[:rows, None]), rtol):
         return "the bias went down the rows (b[row]): b holds one value per column, b[cols][None, :], the same for every row"
     if dtype == torch.float32 and error is not None and error <= TF32_ERROR * scale:
         return (
@@ -707,7 +684,7 @@ def try_matmul_bias_silu(kernel, x: torch.Tensor, w: torch.Tensor, b: torch.Tens
 
     def show(got, expected):
         picture = element_map(got["guard"], expected, rtol=TOLERANCE[x.dtype], margin=MATMUL_OUT_MARGIN)
-        return [("max |out − silu(x @ w + b)|:", _largest_difference(got["out"], expected)), ("picture:", picture)]
+        return [("max |out − silu(x @ w + b)|:", largest_difference(got["out"], expected)), ("picture:", picture)]
 
-    title = f"matmul_bias_silu_kernel on x {list(x.shape)} @ w {list(w.shape)} {_dtype_name(x.dtype)}"
+    title = f"matmul_bias_silu_kernel on x {list(x.shape)} @ w {list(w.shape)} {dtype_name(x.dtype)}"
     return run_trial(kernel, case, inputs, title=title, show=show)

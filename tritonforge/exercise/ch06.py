@@ -26,7 +26,6 @@ from typing import Optional
 import torch
 
 from tritonforge._triton import triton
-from tritonforge.exercise.ch05 import _dtype_name, _largest_difference, _matches, _quiet
 from tritonforge.exercise.core import (
     Case,
     Guarded,
@@ -36,11 +35,15 @@ from tritonforge.exercise.core import (
     changed,
     check,
     compare_tensors,
+    dtype_name,
     element_map,
     format_values,
     guarded,
     kernel_device,
+    largest_difference,
+    matches,
     poisoned_output,
+    quiet,
     require_kernel,
     require_unit_column_stride,
     run_trial,
@@ -103,7 +106,7 @@ def _log_softmax_run(fn, x: Guarded) -> dict:
     M, N = x.view.shape
     out = poisoned_output((M, N), x.view.dtype, margin=(1, LOG_SOFTMAX_BLOCK_N + 3), device=x.view.device.type)
     before = snapshot(x)
-    _quiet(launch_log_softmax, fn, x.view, out.view)
+    quiet(launch_log_softmax, fn, x.view, out.view)
     synchronize(out.view)
     return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x,), before), "guard": out}
 
@@ -179,7 +182,7 @@ def _compare_log_softmax(got: dict, expected: torch.Tensor, x: Guarded) -> Verdi
                 f"{ROW_SENTINEL:g} is the value the check puts around each row: a load read past the end of a row "
                 "and took it for the maximum; mask every load with start + cols < N, other=−inf"
             )
-        elif _matches(torch.where(finite, out64, zero), torch.where(finite, expected.exp(), zero), rtol):
+        elif matches(torch.where(finite, out64, zero), torch.where(finite, expected.exp(), zero), rtol):
             hint = "this is the softmax, exp(x − m)/s: the exercise asks for its log, x − m − log(s)"
         else:
             hint = LOG_SOFTMAX_HINT
@@ -278,7 +281,7 @@ def try_log_softmax(kernel, x: torch.Tensor) -> Trial:
             ("blocks of 32 columns:", _blocks(got["out"], expected, TOLERANCE[x.dtype], LOG_SOFTMAX_BLOCK_N)),
         ]
 
-    title = f"log_softmax_kernel on x {list(x.shape)} {_dtype_name(x.dtype)}"
+    title = f"log_softmax_kernel on x {list(x.shape)} {dtype_name(x.dtype)}"
     return run_trial(kernel, case, inputs, title=title, show=show)
 
 
@@ -365,7 +368,7 @@ def _merge_run(fn, inp: dict) -> dict:
     o = poisoned_output((M, D), inp["o1"].view.dtype, margin=(1, merge_block_d(D) + 3), device=device)
     guards = [inp[k] for k in ("m1", "s1", "o1", "m2", "s2", "o2")]
     before = snapshot(*guards)
-    _quiet(launch_merge_states, fn, *(g.view for g in guards), m.view, s.view, o.view)
+    quiet(launch_merge_states, fn, *(g.view for g in guards), m.view, s.view, o.view)
     synchronize(o.view)
     return {
         "m": m.view,
@@ -410,18 +413,18 @@ def _merge_hint(got: dict, inp: dict, expected: dict, rtol_o: float) -> str:
         }
     live = ~both_empty
     got_s = got["s"].detach().double().cpu()
-    s_right = _matches(got_s[live], expected["s"][live], rtol)
-    if not s_right and any(_matches(got_s[live], cand[live], rtol) for cand in unshifted.values()):
+    s_right = matches(got_s[live], expected["s"][live], rtol)
+    if not s_right and any(matches(got_s[live], cand[live], rtol) for cand in unshifted.values()):
         return "one side was not rescaled: each half's sum counts from its own max, so both need s_j·exp(m_j − m)"
     flipped = s1 * torch.exp(m - m1) + s2 * torch.exp(m - m2)
-    if not s_right and _matches(got_s[live], flipped[live], rtol):
+    if not s_right and matches(got_s[live], flipped[live], rtol):
         return "the rescale factor is upside down: exp(m_j − m) ≤ 1 shrinks the half whose max is smaller, exp(m − m_j) grows it"
     w1, w2 = s1 * torch.exp(m1 - m), s2 * torch.exp(m2 - m)
     got_o = got["o"].detach().double().cpu()
     s = w1 + w2
-    if _matches(got_o[live], ((w2[:, None] * o1 + w1[:, None] * o2) / s[:, None])[live], 2 * rtol_o):
+    if matches(got_o[live], ((w2[:, None] * o1 + w1[:, None] * o2) / s[:, None])[live], 2 * rtol_o):
         return "the weights are swapped: o1 goes with w1 = s1·exp(m1 − m), o2 with w2"
-    if _matches(got_o[live], (w1[:, None] * o1 + w2[:, None] * o2)[live], 2 * rtol_o):
+    if matches(got_o[live], (w1[:, None] * o1 + w2[:, None] * o2)[live], 2 * rtol_o):
         return "o is not divided by s: o1 and o2 are averages, and so is o = (w1·o1 + w2·o2)/s"
     return MERGE_HINT
 
@@ -543,9 +546,9 @@ def try_merge_states(kernel, x: torch.Tensor, v: torch.Tensor, split: int) -> Tr
 
     def show(got, expected):
         return [
-            ("max |m − whole row's m|:", _largest_difference(got["m"], whole[0])),
-            ("max |s − whole row's s|:", _largest_difference(got["s"], whole[1])),
-            ("max |o − softmax(x) @ v|:", _largest_difference(got["o"], whole[2])),
+            ("max |m − whole row's m|:", largest_difference(got["m"], whole[0])),
+            ("max |s − whole row's s|:", largest_difference(got["s"], whole[1])),
+            ("max |o − softmax(x) @ v|:", largest_difference(got["o"], whole[2])),
         ]
 
     title = f"merge_states_kernel on x {list(x.shape)} split at {split}, v {list(v.shape)}"
@@ -610,7 +613,7 @@ def _cross_entropy_run(fn, inp: dict) -> dict:
     M = logits.view.shape[0]
     loss = poisoned_output((M,), torch.float32, margin=(CROSS_ENTROPY_BLOCK_N,), device=logits.view.device.type)
     before = snapshot(logits, target)
-    _quiet(launch_cross_entropy, fn, logits.view, target.view, loss.view)
+    quiet(launch_cross_entropy, fn, logits.view, target.view, loss.view)
     synchronize(loss.view)
     return {"out": loss.view, "outside": loss.outside_written(), "inputs_changed": changed((logits, target), before), "guard": loss}
 
@@ -645,10 +648,10 @@ def _cross_entropy_hint(got: dict, inp: dict, expected: torch.Tensor, rtol: floa
             "(mask it, other=−inf) or at the wrong address for x[target] (row·row_stride + target)"
         )
     live = ~ignored
-    if _matches(out[live], -exp64[live], rtol):
+    if matches(out[live], -exp64[live], rtol):
         return "the sign is flipped: loss = logsumexp(x) − x[target], which is ≥ 0"
     m = torch.where(torch.isfinite(x), x, torch.full_like(x, NEG_INF)).amax(dim=1)
-    if _matches(out[live], (exp64 - m)[live], rtol):
+    if matches(out[live], (exp64 - m)[live], rtol):
         return "the max is missing from logsumexp: log(Σ exp(x − m)) is logsumexp(x) − m; add m back"
     return CROSS_ENTROPY_HINT
 
@@ -727,5 +730,5 @@ def try_cross_entropy(kernel, logits: torch.Tensor, target: torch.Tensor) -> Tri
     def show(got, expected):
         return [("yours:", format_values(got["out"])), ("F.cross_entropy:", format_values(expected))]
 
-    title = f"cross_entropy_kernel on logits {list(logits.shape)} {_dtype_name(logits.dtype)}"
+    title = f"cross_entropy_kernel on logits {list(logits.shape)} {dtype_name(logits.dtype)}"
     return run_trial(kernel, case, inputs, title=title, show=show)

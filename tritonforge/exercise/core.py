@@ -563,3 +563,33 @@ def with_hint(verdict: Verdict, hint: str) -> Verdict:
     if verdict.passed or not hint or "wrong values" not in verdict.detail:
         return verdict
     return dataclasses.replace(verdict, detail=f"{verdict.detail}. {hint}")
+
+
+# ---- small helpers the checks of chapters 5 and 6 share ----------------------------------------
+
+
+def quiet(run, *args):
+    """Run a kernel with numpy's floating-point warnings off: an ``exp`` that overflows in the
+    interpreter is the verdict's business (it names it), not a warning under the table."""
+    import numpy as np  # the interpreter computes with numpy; imported late to keep imports light
+
+    with np.errstate(all="ignore"):
+        return run(*args)
+
+
+def matches(got: torch.Tensor, candidate: torch.Tensor, rtol: float) -> bool:
+    """True if ``got`` equals ``candidate`` within the check's budget (to name a known mistake)."""
+    got64, cand64 = got.detach().double().cpu(), candidate.double().cpu()
+    if got64.shape != cand64.shape or not bool(torch.isfinite(got64).all()):
+        return False
+    scale = max(1.0, float(cand64.abs().max())) if cand64.numel() else 1.0
+    return bool(((got64 - cand64).abs() <= rtol * scale).all())
+
+
+def largest_difference(got: torch.Tensor, expected: torch.Tensor) -> str:
+    diff = (got.detach().double().cpu() - expected.double().cpu()).abs()
+    return "nan (some elements were never written, or are NaN)" if bool(diff.isnan().any()) else f"{float(diff.max()):.3g}"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
