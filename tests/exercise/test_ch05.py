@@ -459,6 +459,15 @@ def test_an_overflowing_exp_fails_only_the_large_gate_case_and_is_named(check, w
         assert all(text in r.detail and "never written" not in r.detail for r in failed), str(report)
 
 
+def _skip_fp16_accumulator_on_old_interpreter(wrong) -> None:
+    """Triton 3.3's interpreter refuses a float16 accumulator in ``tl.dot`` (an AssertionError in
+    every float16 case) where later versions compute it: the mistake still fails (the generic
+    planted-answer test runs everywhere), but not only in the case built for it, and the verdict
+    reports the interpreter's error rather than naming the accumulator."""
+    if wrong is matmul_accumulates_in_input_dtype and tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 4):
+        pytest.skip("Triton < 3.4's interpreter rejects a float16 tl.dot accumulator outright (the mistake still fails)")
+
+
 @pytest.mark.parametrize(
     "check, wrong, hint",
     [
@@ -477,6 +486,7 @@ def test_an_overflowing_exp_fails_only_the_large_gate_case_and_is_named(check, w
     ],
 )
 def test_the_verdict_names_the_mistake(check, wrong, hint):
+    _skip_fp16_accumulator_on_old_interpreter(wrong)
     report = check(wrong)
     failed = [r for r in report.rows if not r.passed and not r.skipped]
     assert failed and any(hint in r.detail for r in failed), str(report)
@@ -502,6 +512,7 @@ def test_the_erf_gelu_fails_the_case_built_for_it_on_every_seed():
     ],
 )
 def test_ex05c_mistakes_fail_the_cases_built_for_them(wrong, spared):
+    _skip_fp16_accumulator_on_old_interpreter(wrong)
     """Each mistake of exercise 5c about K fails every case that can show it, on every seed."""
     for seed in notebooks.PLANTED_SEEDS:
         report = exercise.check_matmul_bias_silu(wrong, seed=seed)
