@@ -58,3 +58,15 @@ def split_float(value: float) -> tuple[float, float]:
     travels as these two float32 arguments; their sum in float64 carries 48 bits."""
     hi = struct.unpack("f", struct.pack("f", value))[0]
     return hi, value - hi
+
+
+def as_rows(t: torch.Tensor, N: int) -> torch.Tensor:
+    """``[..., N] -> [M, N]`` with unit column stride: a view whenever the
+    layout allows one."""
+    if N > 1 and t.stride(-1) != 1:
+        # e.g. a transposed view: the kernels need unit stride along a row
+        t = t.contiguous()
+    if t.dim() == 2:
+        return t
+    # a view unless the leading dims cannot share one row stride
+    return t.reshape(-1, N)

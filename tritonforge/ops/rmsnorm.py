@@ -99,7 +99,7 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import acc_dtype, acc_torch_dtype, cast_for_store, round_bf16_by_hand, split_float
+from tritonforge.kernel_utils import acc_dtype, acc_torch_dtype, as_rows, cast_for_store, round_bf16_by_hand, split_float
 from tritonforge.reference import rms_norm_bwd_ref, rms_norm_ref, rms_norm_rstd_ref
 
 RMS_NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -427,18 +427,6 @@ def bwd_grid(M: int, device: torch.device,
 def _empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Every buffer a kernel must overwrite completely is allocated here (tests poison it)."""
     return torch.empty(*shape, dtype=dtype, device=device)
-
-
-def as_rows(t: torch.Tensor, N: int) -> torch.Tensor:
-    """``[..., N] -> [M, N]`` with unit column stride: a view whenever the
-    layout allows one."""
-    if N > 1 and t.stride(-1) != 1:
-        # e.g. a transposed view: the kernels need unit stride along a row
-        t = t.contiguous()
-    if t.dim() == 2:
-        return t
-    # a view unless the leading dims cannot share one row stride
-    return t.reshape(-1, N)
 
 
 def out_dtype(x_dtype: torch.dtype, weight_dtype: torch.dtype) -> torch.dtype:

@@ -56,7 +56,7 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import acc_dtype, cast_for_store, round_bf16_by_hand
+from tritonforge.kernel_utils import acc_dtype, as_rows, cast_for_store, round_bf16_by_hand
 from tritonforge.reference import softmax_bwd_ref, softmax_ref
 
 SOFTMAX_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -324,13 +324,6 @@ def _sm_count(device: torch.device) -> int:
 # ----------------------------------------------------------------------------------------------
 
 _empty = torch.empty
-
-
-def as_rows(t: torch.Tensor, N: int) -> torch.Tensor:
-    """``t`` as ``[M, N]`` rows with unit column stride: a view where possible, else a copy."""
-    if N > 1 and t.stride(-1) != 1:
-        t = t.contiguous()
-    return t if t.dim() == 2 else t.reshape(-1, N)
 
 
 def softmax_fwd(x: torch.Tensor) -> torch.Tensor:

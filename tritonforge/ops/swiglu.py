@@ -65,7 +65,7 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import acc_dtype, cast_for_store, round_bf16_by_hand
+from tritonforge.kernel_utils import acc_dtype, as_rows, cast_for_store, round_bf16_by_hand
 from tritonforge.reference import swiglu_bwd_ref, swiglu_mlp_front_ref, swiglu_ref
 
 SWIGLU_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -306,14 +306,6 @@ def front_tuner(shared_memory: int, block_m: int, element_size: int):
 # ----------------------------------------------------------------------------------------------
 
 _empty = torch.empty
-
-
-def as_rows(t: torch.Tensor, F: int) -> torch.Tensor:
-    """``t`` as ``[M, F]`` rows with unit column stride: a view where the layout allows one (the
-    halves of a packed ``[..., 2F]`` projection are), else a copy."""
-    if F > 1 and t.stride(-1) != 1:
-        t = t.contiguous()
-    return t if t.dim() == 2 else t.reshape(-1, F)
 
 
 _CHOSEN: dict = {}
