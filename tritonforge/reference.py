@@ -132,6 +132,91 @@ def softmax_bwd_ref(dy: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) 
     return dx if upcast else dx.to(y.dtype)
 
 
+def flash_attention_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    *,
+    upcast: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention the naive way (chapter 7's starting point): every score in memory.
+
+    ``q [B, Hq, Nq, D]``, ``k`` and ``v [B, Hkv, Nk, D]`` with ``Hq % Hkv == 0`` (query head ``h``
+    reads key/value head ``h // (Hq // Hkv)``). ``S = q @ k^T * sm_scale`` (``sm_scale`` defaults
+    to ``D ** -0.5``); causal keeps key ``j`` for query ``i`` when ``j <= i + Nk - Nq`` (the last
+    query sees the last key); ``P = softmax(S)``; ``O = P @ v``. A query that sees no key (causal
+    with ``Nq > Nk``) gets ``O = 0`` and ``lse = -inf``, as FlashAttention-2 does.
+
+    Returns ``(O, lse)``: O in q's dtype, ``lse = logsumexp(S, -1)`` ``[B, Hq, Nq]`` in float32
+    (float64 for float64 inputs; everything float64 with ``upcast``, the tests' oracle). Memory is
+    ``B * Hq * Nq * Nk`` scores: this is the fallback, not the fast path."""
+    ct = _compute_dtype(q.dtype, upcast)
+    group = q.shape[1] // k.shape[1]
+    scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+    q_, k_, v_ = q.to(ct), k.to(ct).repeat_interleave(group, dim=1), v.to(ct).repeat_interleave(group, dim=1)
+    s = q_ @ k_.transpose(-1, -2) * scale  # [B, Hq, Nq, Nk]
+    Nq, Nk = q.shape[-2], k.shape[-2]
+    if causal:
+        i = torch.arange(Nq, device=q.device)[:, None]
+        j = torch.arange(Nk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + (Nk - Nq), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # -inf where a query sees no key
+    seen = torch.isfinite(lse)[..., None]
+    p = torch.where(seen, torch.exp(s - torch.where(seen, lse[..., None], 0.0)), 0.0)
+    o = p @ v_
+    return (o, lse) if upcast else (o.to(q.dtype), lse)
+
+
+def flash_attention_bwd_ref(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    *,
+    dlse: torch.Tensor | None = None,
+    upcast: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The hand-derived backward of :func:`flash_attention_ref` (chapter 7), FlashAttention's way:
+    ``P`` is recomputed from q and k (never saved), then
+
+    ``dV = P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - rowsum(P * dP))`` (``rowsum(P * dP)`` is
+    ``rowsum(dO * O)``), plus ``P * dlse`` when the logsumexp has a gradient too,
+    ``dQ = c dS K``, ``dK = c dS^T Q`` (``c = sm_scale``); a grouped KV head sums the gradients
+    of the query heads that read it. Differentiable PyTorch ops (the double-backward path, the
+    fallback, the tests' oracle). Returns ``(dq, dk, dv)`` in q's dtype (float64 with ``upcast``)."""
+    ct = _compute_dtype(q.dtype, upcast)
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    scale = D**-0.5 if sm_scale is None else sm_scale
+    q_, k_, v_ = q.to(ct), k.to(ct).repeat_interleave(group, dim=1), v.to(ct).repeat_interleave(group, dim=1)
+    do_ = do.to(ct)
+    s = q_ @ k_.transpose(-1, -2) * scale  # [B, Hq, Nq, Nk]
+    if causal:
+        i = torch.arange(Nq, device=q.device)[:, None]
+        j = torch.arange(Nk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + (Nk - Nq), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1, keepdim=True)
+    seen = torch.isfinite(lse)
+    p = torch.where(seen, torch.exp(s - torch.where(seen, lse, 0.0)), 0.0)
+    dv = p.transpose(-1, -2) @ do_  # [B, Hq, Nk, D]
+    dp = do_ @ v_.transpose(-1, -2)
+    ds = p * (dp - (p * dp).sum(-1, keepdim=True))
+    if dlse is not None:
+        ds = ds + p * dlse.to(ct)[..., None]
+    dq = ds @ k_ * scale
+    dk = ds.transpose(-1, -2) @ q_ * scale
+    dk = dk.reshape(B, Hkv, group, Nk, D).sum(2)
+    dv = dv.reshape(B, Hkv, group, Nk, D).sum(2)
+    if upcast:
+        return dq, dk, dv
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
 def add_ref(x: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
     """``x + y`` in float32 (float64 with ``upcast``), returned in x's dtype (float64 if upcast)."""
     ct = torch.float64 if upcast else torch.float32

@@ -10,6 +10,7 @@ module             public function                        chapter
 ``rmsnorm``        ``rms_norm``                           3, 4
 ``swiglu``         ``swiglu``, ``swiglu_mlp_front``       5
 ``softmax``        ``softmax``                            6
+``attention``      ``flash_attention``                    7
 ``teaching``       ``vector_add``, ``add_2d``,            2
                    ``program_map``
 =================  =====================================  ==========

@@ -1,0 +1,685 @@
+r"""FlashAttention-2 forward: tiled attention with the online softmax in registers, causal block
+skipping, grouped-query heads, and a split-KV (Flash-Decoding) path for a few queries.
+
+Math. For one (batch, query head), with ``q [Nq, D]``, ``k, v [Nk, D]`` and ``c = sm_scale``
+(``D ** -0.5`` by default):
+
+.. math:: S = c\, q k^\top, \qquad P = \operatorname{softmax}_{\text{row}}(S), \qquad O = P v.
+
+The naive way writes ``S`` and ``P`` (``Nq·Nk`` each) to memory. FlashAttention never does: a
+program owns ``BLOCK_M`` query rows and walks the keys in blocks of ``BLOCK_N``, keeping, per
+row, chapter 6's online state (running max ``m``, running sum ``l``) and an unnormalized output
+``acc = sum_j exp(S_j - m) v_j``. A new block with scores ``S_b`` updates
+
+.. math::
+
+    m' = \max(m, \max_j S_{b,j}), \quad \alpha = e^{m - m'}, \quad
+    l' = \alpha\, l + \textstyle\sum_j e^{S_{b,j} - m'}, \quad
+    acc' = \alpha\, acc + e^{S_b - m'}\, v_b,
+
+and at the end ``O = acc / l`` and ``lse = m + log l`` (the row's logsumexp, which a backward
+needs and which merges partial results). The exponentials use ``exp2`` with ``log2(e)`` folded
+into the scale (one multiply fewer per score).
+
+FlashAttention-2's loop order: the *outer* loop is over query blocks (one program each, in
+parallel), the inner over key blocks; ``acc`` stays in registers and is divided by ``l`` once at
+the end. (FlashAttention-1 looped over key blocks outside and rewrote the output every step.)
+
+Causal masking aligns the last query with the last key (bottom-right, the FlashAttention-2
+convention): query ``i`` sees key ``j`` iff ``j <= i + Nk - Nq``; so ``Nq < Nk`` (new queries on
+top of a KV cache) works. Key blocks entirely above the diagonal are never loaded; blocks
+entirely below it run without a mask; only the blocks the diagonal (or the key tail) crosses
+are masked. A query that sees no key (causal with ``Nq > Nk``) gets ``O = 0`` and
+``lse = -inf``, as FlashAttention-2 does.
+
+Grouped-query attention: ``Hq = GROUP · Hkv``; query head ``h`` reads key/value head
+``h // GROUP``. No key or value is copied or repeated.
+
+Decode (:func:`plan` picks it for ``Nq <= DECODE_MAX_QUERIES``): one query block per head would
+leave most of the GPU idle while it streams the whole KV cache. So the keys are split into
+``splits`` chunks, one program per (chunk, batch, KV head); the program packs the ``GROUP · Nq``
+query rows that share that KV head into one tile (each key is read once for all of them), writes
+its normalized partial output and its ``lse``, and a second kernel merges a row's partials with
+chapter 6's rule (``lse = log sum_s e^{lse_s}``, ``O = sum_s e^{lse_s - lse} O_s``).
+
+Dtypes: float16 and bfloat16 (bf16 from compute capability 8.0), float32 (``tl.dot`` in IEEE
+float32, not TF32); float64 on the interpreter (a GPU routes it to the reference). Scores, the
+online state and ``acc`` in float32 (float64 for float64); ``P`` is rounded to the input dtype
+before ``P @ v`` (as every FlashAttention does, for the tensor cores); ``O`` in q's dtype,
+``lse`` in the accumulator's. Layouts: any strides with a unit-stride head dimension (else copied), so
+``[B, H, N, D]`` and ``[B, N, H, D]`` (``x.transpose(1, 2)``) memory are both read in place; the
+output takes q's layout when q is one of these two, else ``[B, Hq, Nq, D]`` contiguous.
+
+Backward: not a kernel here. The gradient is the hand-derived FlashAttention backward written in
+PyTorch ops (:func:`tritonforge.reference.flash_attention_bwd_ref`: recomputes ``P`` from the
+saved ``lse``), a routed fallback (warned; an error in strict mode) with ``Nq·Nk`` memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple, Optional
+
+import torch
+
+from tritonforge import runtime
+from tritonforge._triton import tl, triton
+from tritonforge.kernel_utils import acc_dtype, acc_torch_dtype, cast_for_store, round_bf16_by_hand, split_float
+from tritonforge.reference import flash_attention_bwd_ref, flash_attention_ref
+
+ATTENTION_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _attend_key_blocks(
+    acc,  # [BLOCK_M, HEAD_D] float32: sum_j exp2(s_j - m) v_j so far
+    l_i,  # [BLOCK_M] float32: sum_j exp2(s_j - m) so far
+    m_i,  # [BLOCK_M] float32: the running max of the scores (log2 units); -inf before any key
+    q,  # [BLOCK_M, HEAD_D] the query tile (float32 when UPCAST)
+    k_head,  # pointer to key 0 of this (batch, KV head)
+    v_head,
+    k_row_stride,
+    v_row_stride,
+    query_pos,  # [BLOCK_M] each row's query index in [0, Nq): the causal mask compares with it
+    lo,  # the key range [lo, hi) this call walks, lo a multiple of BLOCK_N
+    hi,
+    Nk,
+    D,
+    causal_shift,  # Nk - Nq: query i sees keys j <= i + causal_shift
+    qk_scale,  # sm_scale * log2(e), rounded to float32
+    qk_scale_lo,  # the rounding's remainder (used for float64 only: the interpreter passes float32)
+    BLOCK_N: tl.constexpr,
+    HEAD_D: tl.constexpr,  # D rounded up to a power of two >= 16
+    MASK: tl.constexpr,  # False: every block of [lo, hi) is whole and fully visible
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,  # interpreter + 16-bit: dots on float32 upcasts (its 16-bit dot is wrong)
+    ROUND_BF16: tl.constexpr,
+    IEEE_DOT: tl.constexpr,  # float32 inputs: tl.dot in IEEE float32, not TF32
+    ACC_DTYPE: tl.constexpr,  # float32; float64 for float64 inputs (the interpreter's gradcheck-grade path)
+):
+    """The inner loop of FlashAttention-2: fold key blocks ``[lo, hi)`` into ``(acc, l, m)``."""
+    cols = tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, HEAD_D)
+    dim_ok = dims < D
+    for start_n in range(lo, hi, BLOCK_N):
+        keys = start_n + cols
+        k_ptrs = k_head + keys[:, None] * k_row_stride + dims[None, :]
+        v_ptrs = v_head + keys[:, None] * v_row_stride + dims[None, :]
+        if MASK or HEAD_D != D:
+            kv_ok = (keys < Nk)[:, None] & dim_ok[None, :]
+            k = tl.load(k_ptrs, mask=kv_ok, other=0.0)
+            v = tl.load(v_ptrs, mask=kv_ok, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        if IEEE_DOT:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        if ACC_DTYPE == tl.float64:
+            s = s * qk_scale + s * qk_scale_lo
+        else:
+            s = s * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
+        if MASK:
+            visible = (keys < Nk)[None, :]
+            if CAUSAL:
+                visible = visible & (keys[None, :] <= query_pos[:, None] + causal_shift)
+            s = tl.where(visible, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # A row that has seen no key yet keeps m = -inf: subtract 0 there, not -inf (NaN).
+        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+        p = tl.exp2(s - m_ref[:, None])
+        alpha = tl.exp2(m_i - m_ref)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
+        if UPCAST:  # round P as the GPU does (to the input dtype), keep float32 for the dot
+            p_in = cast_for_store(p, v_head.dtype.element_ty, ROUND_BF16).to(tl.float32)
+        else:
+            p_in = p.to(v.dtype)
+        if IEEE_DOT:
+            acc = tl.dot(p_in, v, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(p_in, v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _finish_rows(acc, l_i, m_i):
+    """``O = acc / l`` and ``lse = (m + log2 l) · ln 2``; a row with no key: ``O = 0``, ``lse = -inf``."""
+    seen = l_i > 0.0
+    inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
+    ln2 = tl.log(tl.full(l_i.shape, 2.0, l_i.dtype))  # in the state's dtype (a literal would be float32)
+    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * ln2, -float("inf"))
+    return acc * inv_l[:, None], lse
+
+
+@triton.jit
+def _flash_attn_fwd_kernel(
+    q_ptr,  # *q [B, Hq, Nq, D] with strides (q_sb, q_sh, q_sn, 1)
+    k_ptr,  # *k [B, Hkv, Nk, D] with strides (k_sb, k_sh, k_sn, 1)
+    v_ptr,  # *v like k
+    o_ptr,  # *O [B, Hq, Nq, D] with strides (o_sb, o_sh, o_sn, 1), q's dtype
+    lse_ptr,  # *lse [B, Hq, Nq] float32, contiguous
+    q_sb, q_sh, q_sn, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, o_sb, o_sh, o_sn,  # fmt: skip
+    Hq,
+    GROUP,  # Hq // Hkv
+    Nq,
+    Nk,
+    D,
+    qk_scale,  # sm_scale * log2(e), as two float32 halves (see _attend_key_blocks)
+    qk_scale_lo,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_D: tl.constexpr,
+    UPCAST: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
+    IEEE_DOT: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+):
+    """Program (query block, batch · query head): BLOCK_M rows of O and lse."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b = (bh // Hq).to(tl.int64)
+    h = bh % Hq
+    kv_h = h // GROUP
+    rows = start_m + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, HEAD_D)
+    row_ok = rows < Nq
+    q = tl.load(q_ptr + b * q_sb + h * q_sh + rows[:, None] * q_sn + dims[None, :],
+                mask=row_ok[:, None] & (dims < D)[None, :], other=0.0)  # fmt: skip
+    if UPCAST:
+        q = q.to(tl.float32)
+    k_head = k_ptr + b * k_sb + kv_h * k_sh
+    v_head = v_ptr + b * v_sb + kv_h * v_sh
+    acc = tl.zeros([BLOCK_M, HEAD_D], dtype=ACC_DTYPE)
+    l_i = tl.zeros([BLOCK_M], dtype=ACC_DTYPE)
+    m_i = tl.full([BLOCK_M], -float("inf"), dtype=ACC_DTYPE)
+    causal_shift = Nk - Nq
+    whole = (Nk // BLOCK_N) * BLOCK_N  # keys in whole blocks
+    if CAUSAL:
+        # Keys below the block's first row's diagonal are visible to every row: whole blocks there
+        # run unmasked; the blocks the diagonal crosses are masked; blocks above it never load.
+        hi = tl.minimum(tl.maximum(start_m + BLOCK_M + causal_shift, 0), Nk)
+        unmasked = tl.minimum((tl.maximum(start_m + causal_shift + 1, 0) // BLOCK_N) * BLOCK_N, whole)
+    else:
+        hi = Nk
+        unmasked = whole
+    acc, l_i, m_i = _attend_key_blocks(acc, l_i, m_i, q, k_head, v_head, k_sn, v_sn, rows, 0, unmasked, Nk, D,
+                                       causal_shift, qk_scale, qk_scale_lo, BLOCK_N, HEAD_D, False, CAUSAL, UPCAST,
+                                       ROUND_BF16, IEEE_DOT, ACC_DTYPE)  # fmt: skip
+    acc, l_i, m_i = _attend_key_blocks(acc, l_i, m_i, q, k_head, v_head, k_sn, v_sn, rows, unmasked, hi, Nk, D,
+                                       causal_shift, qk_scale, qk_scale_lo, BLOCK_N, HEAD_D, True, CAUSAL, UPCAST,
+                                       ROUND_BF16, IEEE_DOT, ACC_DTYPE)  # fmt: skip
+    o, lse = _finish_rows(acc, l_i, m_i)
+    tl.store(o_ptr + b * o_sb + h * o_sh + rows[:, None] * o_sn + dims[None, :],
+             cast_for_store(o, o_ptr.dtype.element_ty, ROUND_BF16), mask=row_ok[:, None] & (dims < D)[None, :])  # fmt: skip
+    tl.store(lse_ptr + bh.to(tl.int64) * Nq + rows, lse, mask=row_ok)
+
+
+@triton.jit
+def _flash_decode_split_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,  # *partial O [B, Hq, Nq, SPLITS, D] float32 contiguous; SPLITS == 1: O itself (strides below)
+    lse_ptr,  # *partial lse [B, Hq, Nq, SPLITS] float32 contiguous (SPLITS == 1: lse [B, Hq, Nq])
+    q_sb, q_sh, q_sn, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, o_sb, o_sh, o_sn,  # fmt: skip
+    Hq,
+    Hkv,
+    GROUP,
+    Nq,
+    Nk,
+    D,
+    chunk,  # keys per split, a multiple of BLOCK_N
+    qk_scale,
+    qk_scale_lo,
+    SPLITS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # >= GROUP * Nq: every query row that reads this KV head
+    BLOCK_N: tl.constexpr,
+    HEAD_D: tl.constexpr,
+    UPCAST: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
+    IEEE_DOT: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+):
+    """Program (split, batch · KV head): the GROUP · Nq query rows of one KV head against one chunk
+    of the keys; writes each row's normalized partial output and lse for that chunk."""
+    split = tl.program_id(0)
+    bkv = tl.program_id(1)
+    b = (bkv // Hkv).to(tl.int64)
+    kv_h = bkv % Hkv
+    r = tl.arange(0, BLOCK_M)  # row r: query head kv_h * GROUP + r // Nq, query r % Nq
+    h = kv_h * GROUP + r // Nq
+    query = r % Nq
+    row_ok = r < GROUP * Nq
+    dims = tl.arange(0, HEAD_D)
+    io_ok = row_ok[:, None] & (dims < D)[None, :]
+    q = tl.load(q_ptr + b * q_sb + h[:, None] * q_sh + query[:, None] * q_sn + dims[None, :], mask=io_ok, other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_D], dtype=ACC_DTYPE)
+    l_i = tl.zeros([BLOCK_M], dtype=ACC_DTYPE)
+    m_i = tl.full([BLOCK_M], -float("inf"), dtype=ACC_DTYPE)
+    causal_shift = Nk - Nq
+    lo = split * chunk  # causal or not, the last query sees every key: each split walks its whole chunk
+    acc, l_i, m_i = _attend_key_blocks(acc, l_i, m_i, q, k_ptr + b * k_sb + kv_h * k_sh, v_ptr + b * v_sb + kv_h * v_sh,
+                                       k_sn, v_sn, query, lo, tl.minimum(lo + chunk, Nk), Nk, D, causal_shift, qk_scale,
+                                       qk_scale_lo, BLOCK_N, HEAD_D, True, CAUSAL, UPCAST, ROUND_BF16, IEEE_DOT,
+                                       ACC_DTYPE)  # fmt: skip
+    o, lse = _finish_rows(acc, l_i, m_i)
+    # SPLITS == 1: straight into O (its strides, its dtype); else into the float32 partials.
+    row = (b * Hq + h) * Nq + query
+    if SPLITS == 1:
+        o_rows = o_ptr + b * o_sb + h[:, None] * o_sh + query[:, None] * o_sn
+        tl.store(o_rows + dims[None, :], cast_for_store(o, o_ptr.dtype.element_ty, ROUND_BF16), mask=io_ok)
+        tl.store(lse_ptr + row, lse, mask=row_ok)
+    else:
+        tl.store(o_ptr + (row[:, None] * SPLITS + split) * D + dims[None, :], o, mask=io_ok)
+        tl.store(lse_ptr + row * SPLITS + split, lse, mask=row_ok)
+
+
+@triton.jit
+def _flash_decode_merge_kernel(
+    part_o_ptr,  # *[B, Hq, Nq, SPLITS, D] float32: each split's normalized output
+    part_lse_ptr,  # *[B, Hq, Nq, SPLITS] float32: each split's lse (-inf: the split saw no key)
+    o_ptr,  # *O [B, Hq, Nq, D] with strides (o_sb, o_sh, o_sn, 1)
+    lse_ptr,  # *lse [B, Hq, Nq] float32
+    o_sb, o_sh, o_sn,  # fmt: skip
+    Hq,
+    Nq,
+    D,
+    SPLITS: tl.constexpr,
+    SPLITS_P2: tl.constexpr,  # SPLITS rounded up to a power of two
+    HEAD_D: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
+):
+    """Program per query row: chapter 6's merge of the SPLITS partial states of that row."""
+    row = tl.program_id(0).to(tl.int64)  # (b * Hq + h) * Nq + query
+    query = row % Nq
+    bh = row // Nq
+    b = bh // Hq
+    h = bh % Hq
+    parts = tl.arange(0, SPLITS_P2)
+    dims = tl.arange(0, HEAD_D)
+    lse_s = tl.load(part_lse_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"))
+    m = tl.max(lse_s, axis=0)
+    m_ref = tl.where(m == -float("inf"), 0.0, m)
+    w = tl.exp(lse_s - m_ref)  # a split with no key: exp(-inf) = 0
+    total = tl.sum(w, axis=0)
+    o_s = tl.load(part_o_ptr + (row * SPLITS + parts[:, None]) * D + dims[None, :],
+                  mask=(parts < SPLITS)[:, None] & (dims < D)[None, :], other=0.0)  # fmt: skip
+    seen = total > 0.0
+    o = tl.sum(o_s * w[:, None], axis=0) * tl.where(seen, 1.0 / tl.where(seen, total, 1.0), 0.0)
+    tl.store(o_ptr + b * o_sb + h * o_sh + query * o_sn + dims, cast_for_store(o, o_ptr.dtype.element_ty, ROUND_BF16), mask=dims < D)
+    tl.store(lse_ptr + row, tl.where(seen, m_ref + tl.log(tl.where(seen, total, 1.0)), -float("inf")))
+
+
+@triton.jit
+def _fp64_dot_probe_kernel(x_ptr):
+    x = tl.load(x_ptr + tl.arange(0, 16)[:, None] * 16 + tl.arange(0, 16)[None, :])
+    tl.store(x_ptr + tl.arange(0, 16)[:, None] * 16 + tl.arange(0, 16)[None, :], tl.dot(x, x))
+
+
+@functools.cache
+def fp64_dot_supported() -> bool:
+    """Whether this Triton's interpreter takes a float64 ``tl.dot`` (3.9's does; 3.3's asserts):
+    asked once, by running a 16 x 16 product."""
+    x = torch.eye(16, dtype=torch.float64)
+    try:
+        _fp64_dot_probe_kernel[(1,)](x)
+    except Exception:  # noqa: BLE001 - any failure means: not supported here
+        return False
+    return bool((x == torch.eye(16, dtype=torch.float64)).all())
+
+
+# ----------------------------------------------------------------------------------------------
+# Heuristics: prefill or decode, tiles, splits
+# ----------------------------------------------------------------------------------------------
+
+DECODE_MAX_QUERIES = 16
+"""Up to this many queries per head, the split-KV decode path runs (when its packed tile fits)."""
+
+DECODE_MAX_ROWS = 128
+"""The decode tile packs ``GROUP · Nq`` rows (every query head of one KV head); at most this many."""
+
+MAX_SPLITS = 128
+"""Most chunks the keys are split into on the decode path."""
+
+MAX_HEAD_DIM = 256
+
+INTERPRETER_BLOCK = 16
+"""The interpreter's tile edge (``tl.dot``'s smallest): small blocks, so that tests at small sizes
+still cross block edges, key tails and the causal diagonal."""
+
+INTERPRETER_SMS = 4
+
+
+class Plan(NamedTuple):
+    """How one call runs: ``strategy`` is "prefill" (a program per query block) or "decode" (split KV)."""
+
+    strategy: str
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    splits: int = 1
+    chunk: int = 0
+
+
+PREFILL_TILES = (
+    # (BLOCK_M, BLOCK_N, num_warps, num_stages), best first; the first that fits shared memory runs
+    (128, 64, 8, 3),
+    (128, 64, 4, 3),
+    (64, 64, 4, 3),
+    (64, 64, 4, 2),
+    (64, 32, 4, 2),
+    (32, 32, 4, 2),
+    (16, 16, 4, 1),
+)
+
+
+def _tile_bytes(block_m: int, block_n: int, head_d: int, stages: int, element_size: int) -> int:
+    """Shared memory of one program: the q tile, and ``stages`` copies of a k and a v tile (the
+    software pipeline's buffers)."""
+    return (block_m + 2 * stages * block_n) * head_d * element_size
+
+
+def plan(q_shape, k_shape, dtype: torch.dtype, device: torch.device) -> Optional[Plan]:
+    """The path and tiles for ``q [B, Hq, Nq, D]`` against ``k [B, Hkv, Nk, D]``; ``None`` when no
+    tile fits the device's shared memory (the call then takes the reference)."""
+    B, Hq, Nq, D = q_shape
+    Hkv, Nk = k_shape[1], k_shape[2]
+    interpreting = runtime.interpreting() or device.type != "cuda"
+    shared = None if interpreting else runtime.shared_memory_per_block(device)
+    sms = INTERPRETER_SMS if interpreting else runtime.sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return _plan_cached(B, Hq, Nq, D, Hkv, Nk, torch.tensor([], dtype=dtype).element_size(), shared, sms)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_cached(B, Hq, Nq, D, Hkv, Nk, element_size, shared, sms) -> Optional[Plan]:
+    head_d = max(16, triton.next_power_of_2(D))
+    rows = (Hq // Hkv) * Nq
+    if Nq <= DECODE_MAX_QUERIES and rows <= DECODE_MAX_ROWS:
+        block_m = max(16, triton.next_power_of_2(rows))
+        if shared is None:
+            block_n, warps, stages = INTERPRETER_BLOCK, 4, 1
+        else:
+            block_n, warps, stages = (64, 4, 3) if head_d <= 128 else (32, 4, 2)
+            while block_n > 16 and _tile_bytes(block_m, block_n, head_d, stages, element_size) > shared:
+                block_n //= 2
+            if _tile_bytes(block_m, block_n, head_d, stages, element_size) > shared:
+                return None
+        blocks = triton.cdiv(max(Nk, 1), block_n)
+        # Enough programs to fill the GPU about twice: splits * B * Hkv >= 2 * SMs.
+        splits = min(MAX_SPLITS, blocks, max(1, triton.cdiv(2 * sms, B * Hkv)))
+        chunk = triton.cdiv(blocks, splits) * block_n
+        splits = triton.cdiv(max(Nk, 1), chunk)  # no empty trailing split
+        return Plan("decode", block_m, block_n, warps, stages, splits, chunk)
+    if shared is None:
+        return Plan("prefill", INTERPRETER_BLOCK, INTERPRETER_BLOCK, 4, 1)
+    for block_m, block_n, warps, stages in PREFILL_TILES:
+        if head_d > 128 and block_m * head_d > 64 * 128:  # registers: acc is BLOCK_M x HEAD_D float32
+            continue
+        if _tile_bytes(block_m, block_n, head_d, stages, element_size) <= shared:
+            return Plan("prefill", block_m, block_n, warps, stages)
+    return None
+
+
+_LAST_PLAN: dict = {}
+
+
+def last_plan() -> Optional[Plan]:
+    """The plan of the latest call served by a kernel (``None`` before any)."""
+    return _LAST_PLAN.get("plan")
+
+
+# ----------------------------------------------------------------------------------------------
+# Launchers
+# ----------------------------------------------------------------------------------------------
+
+_empty = torch.empty
+
+
+def _new_output(q: torch.Tensor) -> torch.Tensor:
+    """O in q's layout when q is ``[B, Hq, Nq, D]`` memory or a ``[B, Nq, Hq, D]`` buffer seen
+    through ``transpose(1, 2)``; otherwise ``[B, Hq, Nq, D]`` contiguous."""
+    B, Hq, Nq, D = q.shape
+    if q.stride(1) < q.stride(2) and Hq > 1 and Nq > 1:
+        return _empty(B, Nq, Hq, D, dtype=q.dtype, device=q.device).transpose(1, 2)
+    return _empty(B, Hq, Nq, D, dtype=q.dtype, device=q.device)
+
+
+def _unit_head_stride(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+
+
+def flash_attention_fwd(q, k, v, causal: bool, sm_scale: float, p: Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the forward for plan ``p``: ``(O, lse)``."""
+    q, k, v = (_unit_head_stride(t) for t in (q, k, v))
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    o = _new_output(q)
+    acc = acc_torch_dtype(q.dtype)
+    lse = _empty(B, Hq, Nq, dtype=acc, device=q.device)
+    flags = dict(CAUSAL=causal, BLOCK_M=p.block_m, BLOCK_N=p.block_n, HEAD_D=max(16, triton.next_power_of_2(D)),
+                 UPCAST=runtime.interpreting() and q.element_size() == 2, ROUND_BF16=round_bf16_by_hand(q.dtype),
+                 IEEE_DOT=q.dtype == torch.float32, ACC_DTYPE=acc_dtype(q.dtype), num_warps=p.num_warps,
+                 num_stages=p.num_stages)  # fmt: skip
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
+    qk_scale = split_float(sm_scale * LOG2E)  # (hi, lo): float64 keeps both halves
+    if p.strategy == "prefill":
+        grid = (triton.cdiv(Nq, p.block_m), B * Hq)
+        _flash_attn_fwd_kernel[grid](q, k, v, o, lse, *strides, *o.stride()[:3], Hq, Hq // Hkv, Nq, Nk, D, *qk_scale, **flags)
+        return o, lse
+    grid = (p.splits, B * Hkv)
+    if p.splits == 1:
+        _flash_decode_split_kernel[grid](q, k, v, o, lse, *strides, *o.stride()[:3], Hq, Hkv, Hq // Hkv, Nq, Nk, D, p.chunk,
+                                         *qk_scale, SPLITS=1, **flags)  # fmt: skip
+        return o, lse
+    part_o = _empty(B, Hq, Nq, p.splits, D, dtype=acc, device=q.device)
+    part_lse = _empty(B, Hq, Nq, p.splits, dtype=acc, device=q.device)
+    _flash_decode_split_kernel[grid](q, k, v, part_o, part_lse, *strides, 0, 0, 0, Hq, Hkv, Hq // Hkv, Nq, Nk, D, p.chunk,
+                                     *qk_scale, SPLITS=p.splits, **flags)  # fmt: skip
+    _flash_decode_merge_kernel[(B * Hq * Nq,)](part_o, part_lse, o, lse, *o.stride()[:3], Hq, Nq, D, SPLITS=p.splits,
+                                               SPLITS_P2=triton.next_power_of_2(p.splits), HEAD_D=flags["HEAD_D"],
+                                               ROUND_BF16=flags["ROUND_BF16"], num_warps=4)  # fmt: skip
+    return o, lse
+
+
+# ----------------------------------------------------------------------------------------------
+# Routing
+# ----------------------------------------------------------------------------------------------
+
+OP = "flash_attention"
+BACKWARD_OP = "flash_attention_backward"
+
+
+def _reference(q, k, v, causal, sm_scale):
+    o, lse = flash_attention_ref(q, k, v, causal, sm_scale)
+    out = _new_output(q) if q.numel() else torch.empty_like(q)
+    out.copy_(o)
+    return out, lse.to(acc_torch_dtype(q.dtype))
+
+
+def _forward_routed(q, k, v, causal: bool, sm_scale: float):
+    if q.numel() == 0 or k.shape[2] == 0:
+        runtime.record_empty(OP)
+        return _reference(q, k, v, causal, sm_scale)
+    p = plan(q.shape, k.shape, q.dtype, q.device)
+    unsupported = None
+    if q.dtype == torch.float64 and (q.device.type != "cpu" or not runtime.interpreting()):
+        unsupported = "float64 attention runs on the interpreter only (its tests' oracle path); on a GPU, the reference"
+    elif q.dtype == torch.float64 and not fp64_dot_supported():
+        unsupported = f"this Triton ({triton.__version__}) has no float64 tl.dot in its interpreter"
+    elif q.shape[-1] > MAX_HEAD_DIM:
+        unsupported = f"head dim {q.shape[-1]} > {MAX_HEAD_DIM}: the kernel keeps a [BLOCK_M, D] tile in registers"
+    elif p is None:
+        unsupported = f"no tile fits this device's shared memory for head dim {q.shape[-1]}"
+
+    def kernel():
+        out = flash_attention_fwd(q, k, v, causal, sm_scale, p)
+        _LAST_PLAN["plan"] = p
+        return out
+
+    return runtime.dispatch(OP, device=q.device, dtype=q.dtype, kernel=kernel,
+                            reference=lambda: _reference(q, k, v, causal, sm_scale), unsupported=unsupported)  # fmt: skip
+
+
+def _backward_reference(do, dlse, q, k, v, causal, sm_scale):
+    return runtime.dispatch_reference(
+        BACKWARD_OP, "no-kernel", "FlashAttention's backward has no Triton kernel here: the hand-derived "
+        "backward in PyTorch ops recomputes P from lse (memory B*Hq*Nq*Nk)",
+        lambda: flash_attention_bwd_ref(do, q, k, v, causal, sm_scale, dlse=dlse),
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# The PyTorch operators
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("tritonforge::flash_attention", mutates_args=())
+def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(O, lse)``, routed; differentiable through :func:`backward`."""
+    return _forward_routed(q, k, v, causal, sm_scale)
+
+
+@flash_attention_op.register_fake
+def _(q, k, v, causal, sm_scale):
+    B, Hq, Nq, D = q.shape
+    if q.stride(1) < q.stride(2) and Hq > 1 and Nq > 1:
+        o = q.new_empty(B, Nq, Hq, D).transpose(1, 2)
+    else:
+        o = q.new_empty(B, Hq, Nq, D)
+    return o, q.new_empty(B, Hq, Nq, dtype=acc_torch_dtype(q.dtype))
+
+
+@torch.library.custom_op("tritonforge::flash_attention_backward", mutates_args=())
+def flash_attention_backward_op(do: torch.Tensor, dlse: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """``(dq, dk, dv)``, through the routed reference backward."""
+    return tuple(g.contiguous() for g in _backward_reference(do, dlse, q, k, v, causal, sm_scale))
+
+
+@flash_attention_backward_op.register_fake
+def _(do, dlse, q, k, v, causal, sm_scale):
+    return torch.empty_like(q, memory_format=torch.contiguous_format), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def setup_context(ctx, inputs, output):
+    q, k, v, causal, sm_scale = inputs
+    ctx.save_for_backward(q, k, v)
+    ctx.causal, ctx.sm_scale = causal, sm_scale
+
+
+def backward(ctx, do, dlse):
+    q, k, v = ctx.saved_tensors
+    do = torch.zeros_like(q) if do is None else do
+    dlse = torch.zeros(q.shape[:3], dtype=acc_torch_dtype(q.dtype), device=q.device) if dlse is None else dlse
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph: differentiable ops
+        dq, dk, dv = _backward_reference(do, dlse, q, k, v, ctx.causal, ctx.sm_scale)
+    else:
+        dq, dk, dv = flash_attention_backward_op(do, dlse, q, k, v, ctx.causal, ctx.sm_scale)
+    return dq, dk, dv, None, None
+
+
+flash_attention_op.register_autograd(backward, setup_context=setup_context)
+
+
+def _vmap_rule(info, in_dims, q, k, v, causal, sm_scale):
+    """``vmap``: the mapped dimension joins the batch dimension."""
+    size = info.batch_size
+
+    def fold(t, dim):
+        t = t.unsqueeze(0).expand(size, *t.shape) if dim is None else t.movedim(dim, 0)
+        return t.reshape(size * t.shape[1], *t.shape[2:])
+
+    o, lse = flash_attention_op(fold(q, in_dims[0]), fold(k, in_dims[1]), fold(v, in_dims[2]), causal, sm_scale)
+    return (o.reshape(size, -1, *o.shape[1:]), lse.reshape(size, -1, *lse.shape[1:])), (0, 0)
+
+
+flash_attention_op.register_vmap(_vmap_rule)
+
+
+# ----------------------------------------------------------------------------------------------
+# The public function
+# ----------------------------------------------------------------------------------------------
+
+
+def _check(q, k, v, causal, sm_scale) -> float:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        runtime.check_tensor(name, t, dtypes=ATTENTION_DTYPES)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [B, H, N, D], got shape {tuple(t.shape)}")
+    runtime.check_same_device(q=q, k=k, v=v)
+    runtime.check_same_dtype(q=q, k=k, v=v)
+    runtime.check_same_shape(k=k, v=v)
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"q has batch {q.shape[0]} but k has batch {k.shape[0]}")
+    if q.shape[3] != k.shape[3]:
+        raise ValueError(f"q has head dim {q.shape[3]} but k and v have {k.shape[3]}")
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1] != 0:
+        raise ValueError(f"q has {q.shape[1]} heads and k {k.shape[1]}: the KV heads must divide the query heads (GQA)")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if sm_scale is None:
+        return q.shape[3] ** -0.5 if q.shape[3] else 1.0
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale):
+        raise TypeError(f"sm_scale must be a finite float or None, got {sm_scale!r}")
+    return float(sm_scale)
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    sm_scale: Optional[float] = None, *, return_lse: bool = False):  # fmt: skip
+    """Attention without the ``Nq x Nk`` score matrix in memory: ``softmax(q k^T * sm_scale) v``.
+
+    Causal masking aligns the last query with the last key (query ``i`` sees key ``j`` iff
+    ``j <= i + Nk - Nq``); a query that sees no key gets zeros. Grouped-query and multi-query
+    attention read key/value head ``h // (Hq // Hkv)`` for query head ``h``. Up to
+    ``DECODE_MAX_QUERIES`` queries per head take the split-KV decode path (:func:`plan`;
+    :func:`last_plan` says which ran). Usable under ``torch.compile(fullgraph=True)``, CUDA graphs
+    and ``torch.func.vmap``; differentiable through the PyTorch backward (a routed fallback: no
+    backward kernel yet).
+
+    Args:
+        q: ``[B, Hq, Nq, D]`` float16, bfloat16, float32 (float64: interpreter); any strides with a unit-stride last
+            dimension (a ``[B, Nq, Hq, D]`` tensor's ``transpose(1, 2)`` is read in place).
+        k: ``[B, Hkv, Nk, D]``, q's dtype and device, ``Hkv`` dividing ``Hq``.
+        v: like k.
+        causal: bottom-right causal mask.
+        sm_scale: the score scale; ``D ** -0.5`` when None.
+        return_lse: also return ``lse [B, Hq, Nq]`` (float32; float64 for float64), each row's logsumexp of the scaled
+            scores (``-inf`` for a row with no key).
+
+    Returns:
+        ``O [B, Hq, Nq, D]`` in q's dtype (in q's memory layout when q is ``[B, H, N, D]`` or
+        ``[B, N, H, D]`` memory), or ``(O, lse)``. ``tfg.last_path("flash_attention")`` tells which
+        path computed it.
+    """
+    scale = _check(q, k, v, causal, sm_scale)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if torch.compiler.is_compiling():
+        o, lse = flash_attention_op(q, k, v, causal, scale)
+    else:
+        mode = runtime.autograd_mode_unsupported(q, k, v, vmap_ok=not needs_grad)
+        if mode is not None:
+            o, lse = runtime.dispatch_reference(OP, "autograd", mode, lambda: flash_attention_ref(q, k, v, causal, scale))
+        elif needs_grad or torch._C._functorch.peek_interpreter_stack() is not None:
+            o, lse = flash_attention_op(q, k, v, causal, scale)
+        else:
+            o, lse = _forward_routed(q, k, v, causal, scale)  # eager inference: skip the dispatcher
+    return (o, lse) if return_lse else o
