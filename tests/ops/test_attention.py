@@ -16,8 +16,8 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import tritonforge as tfg
-from tritonforge._triton import triton
 from tritonforge import runtime
+from tritonforge._triton import triton
 from tritonforge.ops import attention as attention_module
 from tritonforge.ops.attention import flash_attention, last_plan, plan
 from tritonforge.reference import flash_attention_bwd_ref, flash_attention_ref

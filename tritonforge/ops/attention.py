@@ -172,7 +172,18 @@ def _flash_attn_fwd_kernel(
     v_ptr,  # *v like k
     o_ptr,  # *O [B, Hq, Nq, D] with strides (o_sb, o_sh, o_sn, 1), q's dtype
     lse_ptr,  # *lse [B, Hq, Nq] float32, contiguous
-    q_sb, q_sh, q_sn, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, o_sb, o_sh, o_sn,  # fmt: skip
+    q_sb,
+    q_sh,
+    q_sn,
+    k_sb,
+    k_sh,
+    k_sn,
+    v_sb,
+    v_sh,
+    v_sn,
+    o_sb,
+    o_sh,
+    o_sn,  # fmt: skip
     Hq,
     GROUP,  # Hq // Hkv
     Nq,
@@ -236,7 +247,18 @@ def _flash_decode_split_kernel(
     v_ptr,
     o_ptr,  # *partial O [B, Hq, Nq, SPLITS, D] float32 contiguous; SPLITS == 1: O itself (strides below)
     lse_ptr,  # *partial lse [B, Hq, Nq, SPLITS] float32 contiguous (SPLITS == 1: lse [B, Hq, Nq])
-    q_sb, q_sh, q_sn, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, o_sb, o_sh, o_sn,  # fmt: skip
+    q_sb,
+    q_sh,
+    q_sn,
+    k_sb,
+    k_sh,
+    k_sn,
+    v_sb,
+    v_sh,
+    v_sn,
+    o_sb,
+    o_sh,
+    o_sn,  # fmt: skip
     Hq,
     Hkv,
     GROUP,
@@ -298,7 +320,9 @@ def _flash_decode_merge_kernel(
     part_lse_ptr,  # *[B, Hq, Nq, SPLITS] float32: each split's lse (-inf: the split saw no key)
     o_ptr,  # *O [B, Hq, Nq, D] with strides (o_sb, o_sh, o_sn, 1)
     lse_ptr,  # *lse [B, Hq, Nq] float32
-    o_sb, o_sh, o_sn,  # fmt: skip
+    o_sb,
+    o_sh,
+    o_sn,  # fmt: skip
     Hq,
     Nq,
     D,
