@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 results_dir="${1:-benchmarks/results}"
 [ "$#" -gt 0 ] && shift
 suites=("$@")
-[ "${#suites[@]}" -eq 0 ] && suites=(ceilings axpy rmsnorm rmsnorm-bwd profile-eager-rmsnorm swiglu swiglu-bwd swiglu-front)
+[ "${#suites[@]}" -eq 0 ] && suites=(ceilings axpy rmsnorm rmsnorm-bwd profile-eager-rmsnorm swiglu swiglu-bwd swiglu-front softmax softmax-bwd attention attention-decode)
 python="${PYTHON:-python3}"
 mkdir -p "$results_dir"
 log="${LOG:-$results_dir/gpu-bench.log}"

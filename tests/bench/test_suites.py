@@ -10,6 +10,9 @@ import pytest
 import torch
 
 from tritonforge import bench
+from tritonforge.bench import costs
+from tritonforge.bench.costs import dtype_name
+from tritonforge.reference import flash_attention_ref
 
 from .fakes import FakeTimer
 
@@ -99,7 +102,8 @@ def test_the_runner_checks_every_gradient_of_a_backward_spec():
 
 
 def test_each_op_suite_is_a_spec_in_the_registry():
-    assert set(bench.OP_SPECS) == {"axpy", "rmsnorm", "rmsnorm-bwd", "swiglu", "swiglu-bwd", "swiglu-front", "softmax", "softmax-bwd"}
+    assert set(bench.OP_SPECS) == {"axpy", "rmsnorm", "rmsnorm-bwd", "swiglu", "swiglu-bwd", "swiglu-front", "softmax", "softmax-bwd",
+                                   "attention", "attention-decode"}  # fmt: skip
     assert set(bench.OP_SPECS) | {"ceilings", "profile-eager-rmsnorm"} == set(bench.SUITES)
     forward, both = bench.RMSNORM_FORWARD, bench.RMSNORM_FORWARD_BACKWARD
     assert not forward.backward and both.backward and both.grads == ("x", "weight")
@@ -148,7 +152,7 @@ def test_compiled_cuda_graph_rows_only_on_a_gpu(spec):
     on_cpu = spec.impl_table(None, "cpu")
     assert not set(bench.CUDA_GRAPH_IMPLS) & set(on_cpu)
     on_gpu = spec.impl_table(None, "cuda")
-    if spec.suite not in ("axpy", "swiglu-bwd", "softmax-bwd"):
+    if spec.suite not in ("axpy", "swiglu-bwd", "softmax-bwd", "attention", "attention-decode"):
         assert [name for name in on_gpu if name not in bench.CUDA_GRAPH_IMPLS] == list(on_cpu)
         assert set(on_gpu) - set(on_cpu) == set(bench.CUDA_GRAPH_IMPLS)
     else:
@@ -310,3 +314,38 @@ def test_profile_maps_eager_kernels_to_aten_ops_on_gpu():
     assert row["status"] == "ok", row["note"]
     assert row["kernel_count"] >= 2 and len(row["kernels"]) == row["kernel_count"]
     assert row["hbm_passes"] is not None and 1 <= row["hbm_passes"] <= row["kernel_count"]
+
+
+def test_attention_suites_run_on_this_machine(device, monkeypatch):
+    """Both attention suites at small sizes: ours and the eager peer checked against the chunked
+    float64 oracle (chunks forced small here) and timed (fake timer)."""
+    monkeypatch.setattr(bench.suites, "ORACLE_CHUNK_BYTES", 8 * 2 * 40 * 7)  # 7 query rows per chunk
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    for name, shape in (("attention", (2, 2, 40, 16, 1)), ("attention", (1, 2, 33, 16, 0)), ("attention-decode", (2, 4, 2, 70, 16))):
+        rows = bench.run_op_suite(bench.OP_SPECS[name], bench.Ceilings(100.0, {dtype_name(dtype): 10.0}), dtypes=[dtype],
+                                  shapes=[shape], impls=["tritonforge", "naive (eager)"], device=device, timer=FakeTimer())  # fmt: skip
+        assert [r["impl"] for r in rows] == ["tritonforge", "naive (eager)"], name
+        for row in rows:
+            assert row["status"] == "ok", (name, row["impl"], row["note"])
+            assert row["max_rel_err"] < 1e-5 or dtype != torch.float32
+
+
+def test_attention_oracle_chunks_agree_with_the_whole(monkeypatch):
+    q, k, v = torch.randn(2, 3, 23, 8), torch.randn(2, 3, 31, 8), torch.randn(2, 3, 31, 8)
+    for causal in (False, True):
+        whole = flash_attention_ref(q, k, v, causal, upcast=True)[0]
+        monkeypatch.setattr(bench.suites, "ORACLE_CHUNK_BYTES", 8 * 3 * 31 * 5)  # 5 rows per chunk
+        torch.testing.assert_close(bench.suites.attention_oracle(q, k, v, causal), whole, rtol=0, atol=1e-15)
+        monkeypatch.undo()
+
+
+def test_attention_costs():
+    """Prefill FLOPs count the pairs a query sees (causal: N(N+1)/2 of N²), decode bytes the KV cache."""
+    prefill = bench.OP_SPECS["attention"]
+    full = prefill.cost((4, 32, 2048, 128, 0), torch.bfloat16)
+    causal = prefill.cost((4, 32, 2048, 128, 1), torch.bfloat16)
+    assert full.flops == 4 * 4 * 32 * 2048 * 2048 * 128 and full.ceiling == "matmul"
+    assert causal.flops == 4 * 4 * 32 * 128 * 2048 * 2049 // 2
+    decode = bench.OP_SPECS["attention-decode"].cost((1, 32, 8, 8192, 128), torch.bfloat16)
+    assert decode.bytes == (2 * 8 * 8192 * 128 + 2 * 32 * 128) * 2 and decode.ceiling == "copy"
+    assert costs.causal_pairs(3, 7) == 5 + 6 + 7 and costs.causal_pairs(7, 3) == 1 + 2 + 3 and costs.causal_pairs(0, 5) == 0

@@ -148,6 +148,45 @@ def softmax_forward_backward_cost(m: int, n: int, dtype: torch.dtype) -> Cost:
     )
 
 
+def attention_flops(b: int, h: int, nq: int, nk: int, d: int, causal: bool) -> int:
+    """The two matmuls ``q kᵀ`` and ``P v``: ``2·2·Nq·Nk·D`` per (batch, head); causal counts only
+    the (query, key) pairs a query sees (bottom-right: query i sees ``min(Nk, i + Nk - Nq + 1)``
+    keys, at least 0)."""
+    return 4 * b * h * (causal_pairs(nq, nk) if causal else nq * nk) * d
+
+
+def causal_pairs(nq: int, nk: int) -> int:
+    """``sum_i min(Nk, max(0, i + Nk - Nq + 1))`` in closed form: rows that see no key, rows the
+    diagonal crosses (an arithmetic series), rows that see every key."""
+    shift = nk - nq
+    first = max(0, -shift)  # rows before this see no key
+    full = min(nq, nk - shift)  # rows from here see all Nk keys
+    diagonal = (first + shift + 1 + full + shift) * (full - first) // 2 if full > first else 0
+    return diagonal + max(0, nq - full) * nk
+
+
+def attention_prefill_cost(b: int, h: int, n: int, d: int, causal: bool, dtype: torch.dtype) -> Cost:
+    """FlashAttention at prefill (``Nq = Nk = N``, as many KV heads as query heads): matmul-bound,
+    so its fraction is of the matmul rate; bytes are the least any attention moves (q, k, v, O)."""
+    return Cost(
+        4 * b * h * n * d * elem_size(dtype),
+        attention_flops(b, h, n, n, d, causal),
+        "FLOPs = 4·B·H·N²·D (causal: 4·B·H·D·N(N+1)/2); bytes = 4·B·H·N·D·elem (read q, k, v; write O)",
+        "matmul",
+    )
+
+
+def attention_decode_cost(b: int, hq: int, hkv: int, nk: int, d: int, dtype: torch.dtype) -> Cost:
+    """Decode (one query per head): bound by reading the KV cache once, a read-only stream. The
+    fraction divides by the copy bandwidth (read + write), which a pure read can exceed."""
+    return Cost(
+        (2 * b * hkv * nk * d + 2 * b * hq * d) * elem_size(dtype),
+        attention_flops(b, hq, 1, nk, d, False),
+        "bytes = (2·B·Hkv·Nk·D + 2·B·Hq·D)·elem (read K and V once, read q, write O); FLOPs = 4·B·Hq·Nk·D",
+        "copy",
+    )
+
+
 def time_floor_us(
     nbytes: Optional[float] = None,
     flops: Optional[float] = None,

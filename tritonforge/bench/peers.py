@@ -249,3 +249,66 @@ def softmax_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graph
     table = _standard_rows(softmax, eager_softmax, cuda_graphs)
     table["liger"] = (lambda: liger) if liger else liger_missing
     return {name: maker for name, maker in table.items() if impls is None or name in impls}
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention
+# ----------------------------------------------------------------------------------------------
+
+NAIVE_ATTENTION_MEMORY_FRACTION = 0.8
+"""The naive path runs only where its scores and probabilities fit in this fraction of free memory."""
+
+
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Hugging Face's eager attention (``eager_attention_forward``): scores ``q kᵀ·c`` in the input
+    dtype, softmax in float32 rounded back, ``P v``; K and V repeated for grouped heads. Every score
+    is in memory: it refuses, with the number, a size whose scores would not fit."""
+    B, Hq, Nq, D = q.shape
+    Nk = k.shape[2]
+    need = B * Hq * Nq * Nk * (2 * q.element_size() + 4)  # scores, float32 softmax, probabilities
+    if q.is_cuda:
+        free = torch.cuda.mem_get_info(q.device)[0]
+        if need > NAIVE_ATTENTION_MEMORY_FRACTION * free:
+            raise MemoryError(f"naive attention needs {need / 1e9:.1f} GB for its scores here; {free / 1e9:.1f} GB free")
+    group = Hq // k.shape[1]
+    if group > 1:
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = (q @ k.transpose(-1, -2)) * D**-0.5
+    if causal:
+        keep = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).tril(Nk - Nq)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype) @ v
+
+
+def _sdpa_with(backend_name: str) -> Callable:
+    """``F.scaled_dot_product_attention`` restricted to one backend (``sdpa_kernel``); GQA through
+    ``enable_gqa``; causal as a bottom-right mask unless ``Nq == Nk`` (where ``is_causal`` is the same)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    backend = getattr(SDPBackend, backend_name)
+
+    def fn(q, k, v, causal):
+        gqa = q.shape[1] != k.shape[1]
+        with sdpa_kernel(backend):
+            if causal and q.shape[2] != k.shape[2]:
+                mask = causal_lower_right(q.shape[2], k.shape[2])
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+
+    return fn
+
+
+def attention_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs: bool = False) -> dict:
+    """name -> a maker of ``fn(q, k, v, causal)``: ours, HF's eager attention (every score in
+    memory), and SDPA pinned to its FlashAttention-2 and its cuDNN backend. No CUDA-graph rows:
+    the suites' device_us column is the time without host."""
+    from tritonforge.ops.attention import flash_attention
+
+    table = {
+        "tritonforge": lambda: lambda q, k, v, causal: flash_attention(q, k, v, causal=causal),
+        "naive (eager)": lambda: eager_attention,
+        "sdpa-flash": lambda: _sdpa_with("FLASH_ATTENTION"),
+        "sdpa-cudnn": lambda: _sdpa_with("CUDNN_ATTENTION"),
+    }
+    return {name: maker for name, maker in table.items() if impls is None or name in impls}

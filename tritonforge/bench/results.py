@@ -39,8 +39,9 @@ from tritonforge.bench.timing import DEVICE_TIME_REP_MS, Timer, do_bench_flushes
 from tritonforge.reference import TOLERANCE
 
 SCHEMA = "tritonforge.bench/1"
-SUITES = ("ceilings", "axpy", "rmsnorm", "rmsnorm-bwd", "profile-eager-rmsnorm", "swiglu", "swiglu-bwd", "swiglu-front", "softmax", "softmax-bwd")
-AWAITING_FIRST_RECORD = ("softmax", "softmax-bwd")
+SUITES = ("ceilings", "axpy", "rmsnorm", "rmsnorm-bwd", "profile-eager-rmsnorm", "swiglu", "swiglu-bwd", "swiglu-front", "softmax", "softmax-bwd",
+          "attention", "attention-decode")  # fmt: skip
+AWAITING_FIRST_RECORD = ("softmax", "softmax-bwd", "attention", "attention-decode")
 """Suites whose kernels have not yet run on a GPU (written in a session with no device time left):
 they have no committed results until a GPU run records them, and no chapter may load them. The
 tests require a record for every other suite, and require these to have none (so that this list
@@ -67,9 +68,10 @@ ROW_FIELDS = (
     "tolerance",  # the max_rel_err above which the row is "wrong"
     "note",  # why a row is not ok, or anything a reader must know
     "device_us",  # device time in µs from CUDA-graph replay (no host, no L2 flush); None if not measured
+    "peak_bytes",  # memory one call allocates beyond its inputs, at its peak (suites that ask); None otherwise
 )
 
-OPTIONAL_ROW_FIELDS = ("device_us",)
+OPTIONAL_ROW_FIELDS = ("device_us", "peak_bytes")
 """Fields added after results were first recorded: a file without them reads them as None."""
 
 METADATA_KEYS = ("suite", "device", "compute_capability", "torch", "triton", "liger", "python", "date", "command", "git_commit")

@@ -27,6 +27,8 @@ from tritonforge.bench.costs import (
     Ceilings,
     Cost,
     add_throughput,
+    attention_decode_cost,
+    attention_prefill_cost,
     axpy_cost,
     copy_cost,
     dtype_name,
@@ -50,7 +52,7 @@ from tritonforge.bench.timing import (
     measure,
     relative_error,
 )
-from tritonforge.reference import axpy_ref, rms_norm_ref, softmax_ref, swiglu_mlp_front_ref, swiglu_ref
+from tritonforge.reference import axpy_ref, flash_attention_ref, rms_norm_ref, softmax_ref, swiglu_mlp_front_ref, swiglu_ref
 
 RMSNORM_SHAPES = ((4096, 512), (4096, 2048), (4096, 8192), (16384, 4096), (32768, 8192), (1, 8192), (64, 8192))
 RMSNORM_QUICK_SHAPES = ((4096, 2048), (16384, 4096), (64, 8192))
@@ -179,6 +181,7 @@ class OpSpec:
     row_shape: Callable[[tuple], list] = list  # the shape written in the rows
     baselines: Mapping[str, Baseline] = dataclasses.field(default_factory=dict)  # extra rows per shape
     sixteen_bit_only: bool = False  # default dtypes: the device's 16-bit type only (no float32 rows)
+    peak_memory: bool = False  # rows also get peak_bytes: memory one call allocates beyond its inputs
 
     def impl_table(self, impls: Optional[Sequence[str]] = None, device: str = "cuda") -> dict:
         """The implementations a run on ``device`` measures: the CUDA-graph rows only on a GPU."""
@@ -250,9 +253,26 @@ def measure_implementation(spec: OpSpec, row: dict, make: Callable, inputs: Inpu
                   device_timer=device_timer if spec.device_time and not graphed else None)  # fmt: skip
     if graphed and row["status"] == "ok":
         row["note"] = "a CUDA graph already (torch.compile mode='reduce-overhead'): us is its replay; no separate device_us"
+    if spec.peak_memory and row["status"] == "ok":
+        row["peak_bytes"] = peak_bytes_of(run)
     for tensor in grad_inputs:
         tensor.grad = None
     return row
+
+
+def peak_bytes_of(run: Callable[[], object]) -> Optional[int]:
+    """Bytes one call allocates beyond what was allocated before it, at its peak (the output
+    included): ``torch.cuda.max_memory_allocated`` after a reset. None off a GPU."""
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = run()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del out
+    return int(peak)
 
 
 def grad_to_none_of(tensors: list) -> Optional[list]:
@@ -573,10 +593,84 @@ SOFTMAX_FORWARD_BACKWARD = dataclasses.replace(
 """Softmax forward + backward (one training step), checked on y and dx; no reduce-overhead rows
 (see SWIGLU_FORWARD_BACKWARD)."""
 
+ATTENTION_HEADS, ATTENTION_KV_HEADS, ATTENTION_HEAD_DIM = 32, 8, 128  # Llama-3-8B
+ATTENTION_SHAPES = tuple((4, ATTENTION_HEADS, n, ATTENTION_HEAD_DIM, causal) for causal in (0, 1)
+                         for n in (1024, 2048, 4096, 8192, 16384))  # fmt: skip
+ATTENTION_QUICK_SHAPES = ((4, ATTENTION_HEADS, 2048, ATTENTION_HEAD_DIM, 1),)
+ATTENTION_DECODE_SHAPES = tuple((b, ATTENTION_HEADS, ATTENTION_KV_HEADS, nk, ATTENTION_HEAD_DIM)
+                                for b in (1, 8, 32, 64) for nk in (1024, 4096, 8192, 32768))  # fmt: skip
+ATTENTION_DECODE_QUICK_SHAPES = ((1, ATTENTION_HEADS, ATTENTION_KV_HEADS, 8192, ATTENTION_HEAD_DIM),)
+ORACLE_CHUNK_BYTES = 2 * 2**30
+
+
+def attention_oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The float64 reference at model sizes, a chunk of queries at a time (all of S at N = 16K
+    would take 275 GB in float64): the chunk ``[a, a + c)`` of ``Nq`` queries against the first
+    ``a + c + Nk - Nq`` keys has the same bottom-right causal mask as the whole."""
+    B, H, Nq, _ = q.shape
+    Nk = k.shape[2]
+    rows = max(1, ORACLE_CHUNK_BYTES // (8 * H * max(Nk, 1)))
+    out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+    for b in range(B):
+        for a in range(0, Nq, rows):
+            c = min(rows, Nq - a)
+            keys = max(0, min(Nk, a + c + Nk - Nq)) if causal else Nk
+            qs, ks, vs = q[b : b + 1, :, a : a + c], k[b : b + 1, :, :keys], v[b : b + 1, :, :keys]
+            out[b : b + 1, :, a : a + c] = flash_attention_ref(qs, ks, vs, causal, q.shape[-1] ** -0.5, upcast=True)[0]
+    return out
+
+
+def attention_prefill_inputs(shape: tuple, dtype: torch.dtype, device: str) -> Inputs:
+    """q, k, v [B, H, N, D] of unit variance, and the causal flag."""
+    b, h, n, d, causal = shape
+    return {**{name: torch.randn(b, h, n, d, device=device, dtype=dtype) for name in "qkv"}, "causal": bool(causal)}
+
+
+def attention_decode_inputs(shape: tuple, dtype: torch.dtype, device: str) -> Inputs:
+    """One query per head ``q [B, Hq, 1, D]`` against a KV cache ``[B, Hkv, Nk, D]``; not causal
+    (a single last query sees every key under either alignment; SDPA's is_causal is top-left)."""
+    b, hq, hkv, nk, d = shape
+    return {"q": torch.randn(b, hq, 1, d, device=device, dtype=dtype), "k": torch.randn(b, hkv, nk, d, device=device, dtype=dtype),
+            "v": torch.randn(b, hkv, nk, d, device=device, dtype=dtype), "causal": False}  # fmt: skip
+
+
+ATTENTION_PREFILL = OpSpec(
+    suite="attention",
+    op="flash-attention",
+    shapes=ATTENTION_SHAPES,
+    quick_shapes=ATTENTION_QUICK_SHAPES,
+    make_inputs=attention_prefill_inputs,
+    call=lambda fn, inputs: fn(inputs["q"], inputs["k"], inputs["v"], inputs["causal"]),
+    reference=attention_oracle,
+    cost=lambda shape, dtype: attention_prefill_cost(*shape[:4], bool(shape[4]), dtype),
+    implementations=peers.attention_implementations,
+    routed_op="flash_attention",
+    device_time=True,
+    sixteen_bit_only=True,
+    peak_memory=True,
+)
+"""FlashAttention-2 forward at prefill (B = 4, H = 32, D = 128, N = 1K-16K, causal and not; the
+shape's last entry is the causal flag): ours vs HF's eager attention (where its scores fit) and
+SDPA's FlashAttention-2 and cuDNN backends; TFLOP/s as a fraction of the matmul rate, and the
+memory one call allocates."""
+
+ATTENTION_DECODE = dataclasses.replace(
+    ATTENTION_PREFILL,
+    suite="attention-decode",
+    op="flash-decoding",
+    shapes=ATTENTION_DECODE_SHAPES,
+    quick_shapes=ATTENTION_DECODE_QUICK_SHAPES,
+    make_inputs=attention_decode_inputs,
+    cost=lambda shape, dtype: attention_decode_cost(*shape, dtype),
+)
+"""Decode attention (one query per head, 32 query heads over 8 KV heads, D = 128, B = 1-64, a KV
+cache of 1K-32K): ours (split-KV) vs eager and SDPA's backends; bytes are K and V read once, so
+the fraction of the copy bandwidth is the fraction of a read-only stream's floor."""
+
 OP_SPECS = {
     spec.suite: spec
     for spec in (AXPY, RMSNORM_FORWARD, RMSNORM_FORWARD_BACKWARD, SWIGLU_FORWARD, SWIGLU_FORWARD_BACKWARD, SWIGLU_FRONT,
-                 SOFTMAX_FORWARD, SOFTMAX_FORWARD_BACKWARD)
+                 SOFTMAX_FORWARD, SOFTMAX_FORWARD_BACKWARD, ATTENTION_PREFILL, ATTENTION_DECODE)
 }  # fmt: skip
 """Every op suite, by name."""
 
