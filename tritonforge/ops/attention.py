@@ -98,6 +98,7 @@ def _attend_key_blocks(
     qk_scale_lo,  # the rounding's remainder (used for float64 only: the interpreter passes float32)
     BLOCK_N: tl.constexpr,
     HEAD_D: tl.constexpr,  # D rounded up to a power of two >= 16
+    EVEN_D: tl.constexpr,  # D == HEAD_D: no mask along the head dimension
     MASK: tl.constexpr,  # False: every block of [lo, hi) is whole and fully visible
     CAUSAL: tl.constexpr,
     UPCAST: tl.constexpr,  # interpreter + 16-bit: dots on float32 upcasts (its 16-bit dot is wrong)
@@ -113,7 +114,7 @@ def _attend_key_blocks(
         keys = start_n + cols
         k_ptrs = k_head + keys[:, None] * k_row_stride + dims[None, :]
         v_ptrs = v_head + keys[:, None] * v_row_stride + dims[None, :]
-        if MASK or HEAD_D != D:
+        if MASK or not EVEN_D:
             kv_ok = (keys < Nk)[:, None] & dim_ok[None, :]
             k = tl.load(k_ptrs, mask=kv_ok, other=0.0)
             v = tl.load(v_ptrs, mask=kv_ok, other=0.0)
@@ -195,6 +196,7 @@ def _flash_attn_fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HEAD_D: tl.constexpr,
+    EVEN_D: tl.constexpr,
     UPCAST: tl.constexpr,
     ROUND_BF16: tl.constexpr,
     IEEE_DOT: tl.constexpr,
@@ -229,10 +231,10 @@ def _flash_attn_fwd_kernel(
         hi = Nk
         unmasked = whole
     acc, l_i, m_i = _attend_key_blocks(acc, l_i, m_i, q, k_head, v_head, k_sn, v_sn, rows, 0, unmasked, Nk, D,
-                                       causal_shift, qk_scale, qk_scale_lo, BLOCK_N, HEAD_D, False, CAUSAL, UPCAST,
+                                       causal_shift, qk_scale, qk_scale_lo, BLOCK_N, HEAD_D, EVEN_D, False, CAUSAL, UPCAST,
                                        ROUND_BF16, IEEE_DOT, ACC_DTYPE)  # fmt: skip
     acc, l_i, m_i = _attend_key_blocks(acc, l_i, m_i, q, k_head, v_head, k_sn, v_sn, rows, unmasked, hi, Nk, D,
-                                       causal_shift, qk_scale, qk_scale_lo, BLOCK_N, HEAD_D, True, CAUSAL, UPCAST,
+                                       causal_shift, qk_scale, qk_scale_lo, BLOCK_N, HEAD_D, EVEN_D, True, CAUSAL, UPCAST,
                                        ROUND_BF16, IEEE_DOT, ACC_DTYPE)  # fmt: skip
     o, lse = _finish_rows(acc, l_i, m_i)
     tl.store(o_ptr + b * o_sb + h * o_sh + rows[:, None] * o_sn + dims[None, :],
@@ -273,6 +275,7 @@ def _flash_decode_split_kernel(
     BLOCK_M: tl.constexpr,  # >= GROUP * Nq: every query row that reads this KV head
     BLOCK_N: tl.constexpr,
     HEAD_D: tl.constexpr,
+    EVEN_D: tl.constexpr,
     UPCAST: tl.constexpr,
     ROUND_BF16: tl.constexpr,
     IEEE_DOT: tl.constexpr,
@@ -300,7 +303,7 @@ def _flash_decode_split_kernel(
     lo = split * chunk  # causal or not, the last query sees every key: each split walks its whole chunk
     acc, l_i, m_i = _attend_key_blocks(acc, l_i, m_i, q, k_ptr + b * k_sb + kv_h * k_sh, v_ptr + b * v_sb + kv_h * v_sh,
                                        k_sn, v_sn, query, lo, tl.minimum(lo + chunk, Nk), Nk, D, causal_shift, qk_scale,
-                                       qk_scale_lo, BLOCK_N, HEAD_D, True, CAUSAL, UPCAST, ROUND_BF16, IEEE_DOT,
+                                       qk_scale_lo, BLOCK_N, HEAD_D, EVEN_D, True, CAUSAL, UPCAST, ROUND_BF16, IEEE_DOT,
                                        ACC_DTYPE)  # fmt: skip
     o, lse = _finish_rows(acc, l_i, m_i)
     # SPLITS == 1: straight into O (its strides, its dtype); else into the float32 partials.
@@ -499,7 +502,8 @@ def flash_attention_fwd(q, k, v, causal: bool, sm_scale: float, p: Plan) -> tupl
     o = _new_output(q)
     acc = acc_torch_dtype(q.dtype)
     lse = _empty(B, Hq, Nq, dtype=acc, device=q.device)
-    flags = dict(CAUSAL=causal, BLOCK_M=p.block_m, BLOCK_N=p.block_n, HEAD_D=max(16, triton.next_power_of_2(D)),
+    head_d = max(16, triton.next_power_of_2(D))
+    flags = dict(CAUSAL=causal, BLOCK_M=p.block_m, BLOCK_N=p.block_n, HEAD_D=head_d, EVEN_D=head_d == D,
                  UPCAST=runtime.interpreting() and q.element_size() == 2, ROUND_BF16=round_bf16_by_hand(q.dtype),
                  IEEE_DOT=q.dtype == torch.float32, ACC_DTYPE=acc_dtype(q.dtype), num_warps=p.num_warps,
                  num_stages=p.num_stages)  # fmt: skip
