@@ -29,6 +29,8 @@ module     what it holds
 ``ch06``   6a: log-softmax of rows longer than one block; 6b: the merge of two partial
            softmax states (split-KV attention's last step); 6c: softmax + cross-entropy
            loss fused, over vocabulary-length rows
+``ch07``   7a: FlashAttention-2 forward with Gemma 2's logit soft-capping; 7b: with an
+           ALiBi bias, causal; 7c: with a sliding window, its key blocks skipped whole
 ``grade``  the grading command: reads each notebook's stub cell, runs its check
 ``stubs``  every exercise's stub cell as shipped (the tests' proof that checks fail)
 =========  ==========================================================================
@@ -162,6 +164,27 @@ from tritonforge.exercise.ch06 import (
     try_log_softmax,
     try_merge_states,
 )
+from tritonforge.exercise.ch07 import (
+    ATTENTION_BLOCK_M,
+    ATTENTION_BLOCK_N,
+    alibi_attention_ref,
+    alibi_slopes,
+    attention_alibi_cases,
+    attention_softcap_cases,
+    check_attention_alibi,
+    check_attention_softcap,
+    check_sliding_window_attention,
+    launch_attention_alibi,
+    launch_attention_softcap,
+    launch_sliding_window_attention,
+    sliding_window_attention_cases,
+    sliding_window_attention_ref,
+    softcap_attention_ref,
+    try_attention_alibi,
+    try_attention_softcap,
+    try_sliding_window_attention,
+    visible_keys,
+)
 from tritonforge.exercise.core import (
     Case,
     Guarded,
@@ -200,6 +223,9 @@ EXERCISES = {
     "log_softmax": check_log_softmax,
     "merge_states": check_merge_states,
     "cross_entropy": check_cross_entropy,
+    "attention_softcap": check_attention_softcap,
+    "attention_alibi": check_attention_alibi,
+    "sliding_window_attention": check_sliding_window_attention,
 }
 """Every exercise's check, by name, in the book's order."""
 
@@ -337,6 +363,26 @@ __all__ = [
     "try_cross_entropy",
     "try_log_softmax",
     "try_merge_states",
+    # chapter 7
+    "ATTENTION_BLOCK_M",
+    "ATTENTION_BLOCK_N",
+    "alibi_attention_ref",
+    "alibi_slopes",
+    "attention_alibi_cases",
+    "attention_softcap_cases",
+    "check_attention_alibi",
+    "check_attention_softcap",
+    "check_sliding_window_attention",
+    "launch_attention_alibi",
+    "launch_attention_softcap",
+    "launch_sliding_window_attention",
+    "sliding_window_attention_cases",
+    "sliding_window_attention_ref",
+    "softcap_attention_ref",
+    "try_attention_alibi",
+    "try_attention_softcap",
+    "try_sliding_window_attention",
+    "visible_keys",
     # the registry
     "EXERCISES",
 ]

@@ -1,6 +1,9 @@
 r"""The stub of every exercise as shipped: the cell tagged ``exercise-stub`` of each notebook in
 ``exercises/``, word for word.
 
+Most stubs are an empty function; chapter 7's hand over a working FlashAttention-2 forward with
+the exercise's part marked ``TODO`` (a ``pass`` where the learner's code goes).
+
 The tests prove each check fails on these, not on the notebook in the working tree (where a
 learner may have solved it in place); ``tests/exercise/test_grade.py`` keeps them equal to the
 notebooks' stub cells while those are untouched.
@@ -186,6 +189,168 @@ def cross_entropy_kernel(
 ):
     # your code here
     pass
+""",
+    "ex07a_softcapping": """\
+@triton.jit
+def attention_softcap_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr,
+    stride_qb, stride_qh, stride_qm,
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_om,
+    H, Nq, Nk,
+    sm_scale, softcap,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # Given: plain FlashAttention-2 forward, one program per (query block, b·H + h).
+    start_m = tl.program_id(0) * BLOCK_M
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)  # this program's queries
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_base = q_ptr + b * stride_qb + h * stride_qh
+    k_base = k_ptr + b * stride_kb + h * stride_kh
+    v_base = v_ptr + b * stride_vb + h * stride_vh
+    q_mask = offs_m[:, None] < Nq
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=q_mask, other=0.0)
+    q = q.to(tl.float32)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max
+    l_i = tl.zeros((BLOCK_M,), tl.float32)  # running sum
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)  # unnormalized output
+    for start_n in range(0, Nk, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = offs_n[:, None] < Nk
+        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * sm_scale
+        # ---- TODO (exercise 7a): s = softcap * tanh(s / softcap), tanh from tl.exp ----
+        pass
+        # ---- end of TODO ----
+        s = tl.where(offs_n[None, :] < Nk, s, float("-inf"))  # the key tail
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)  # rescales what came before
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+    out = acc / l_i[:, None]
+    out_base = out_ptr + b * stride_ob + h * stride_oh
+    out_ptrs = out_base + offs_m[:, None] * stride_om + offs_d[None, :]
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
+""",
+    "ex07b_alibi": """\
+@triton.jit
+def attention_alibi_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr,
+    stride_qb, stride_qh, stride_qm,
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_om,
+    H, Nq, Nk,
+    sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # Given: plain FlashAttention-2 forward, one program per (query block, b·H + h).
+    start_m = tl.program_id(0) * BLOCK_M
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)  # this program's queries
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_base = q_ptr + b * stride_qb + h * stride_qh
+    k_base = k_ptr + b * stride_kb + h * stride_kh
+    v_base = v_ptr + b * stride_vb + h * stride_vh
+    q_mask = offs_m[:, None] < Nq
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=q_mask, other=0.0)
+    q = q.to(tl.float32)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max
+    l_i = tl.zeros((BLOCK_M,), tl.float32)  # running sum
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)  # unnormalized output
+    # ---- TODO (exercise 7b): this head's slope, 2^(-8 (h + 1) / H) ----
+    pass
+    # ---- end of TODO ----
+    for start_n in range(0, Nk, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = offs_n[:, None] < Nk
+        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * sm_scale
+        # ---- TODO (exercise 7b): + slope * (j - i_hat), and the causal mask ----
+        pass
+        # ---- end of TODO ----
+        s = tl.where(offs_n[None, :] < Nk, s, float("-inf"))  # the key tail
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)  # rescales what came before
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+    out = acc / l_i[:, None]
+    out_base = out_ptr + b * stride_ob + h * stride_oh
+    out_ptrs = out_base + offs_m[:, None] * stride_om + offs_d[None, :]
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
+""",
+    "ex07c_sliding_window": """\
+@triton.jit
+def sliding_window_attention_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr,
+    stride_qb, stride_qh, stride_qm,
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_om,
+    H, Nq, Nk,
+    sm_scale, window,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # Given: plain FlashAttention-2 forward, one program per (query block, b·H + h).
+    start_m = tl.program_id(0) * BLOCK_M
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    offs_m = start_m + tl.arange(0, BLOCK_M)  # this program's queries
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_base = q_ptr + b * stride_qb + h * stride_qh
+    k_base = k_ptr + b * stride_kb + h * stride_kh
+    v_base = v_ptr + b * stride_vb + h * stride_vh
+    q_mask = offs_m[:, None] < Nq
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=q_mask, other=0.0)
+    q = q.to(tl.float32)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running max
+    l_i = tl.zeros((BLOCK_M,), tl.float32)  # running sum
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)  # unnormalized output
+    # Causal (bottom right): query i sits at key i + Nk - Nq; keys past the
+    # block's last query are skipped whole.
+    hi = tl.minimum(Nk, start_m + BLOCK_M + Nk - Nq)
+    lo = 0
+    # ---- TODO (exercise 7c): start at the block of the first window key ----
+    pass
+    # ---- end of TODO ----
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = offs_n[:, None] < Nk
+        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * sm_scale
+        i_hat = offs_m[:, None] + Nk - Nq
+        visible = (offs_n[None, :] <= i_hat) & (offs_n[None, :] < Nk)
+        # ---- TODO (exercise 7c): keep only the window, i_hat - window < j ----
+        pass
+        # ---- end of TODO ----
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)  # rescales what came before
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+    out = acc / l_i[:, None]
+    out_base = out_ptr + b * stride_ob + h * stride_oh
+    out_ptrs = out_base + offs_m[:, None] * stride_om + offs_d[None, :]
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
 """,
 }
 """Notebook stem → the source of its stub cell."""
