@@ -5,6 +5,7 @@ interpreter on (``TRITON_INTERPRET=1``), which only works if it happens before `
 """
 
 from tritonforge import _triton  # noqa: F401  (first: decides TRITON_INTERPRET, imports triton)
+from tritonforge.models.hf import patch
 from tritonforge.ops.attention import flash_attention
 from tritonforge.ops.fused_axpy import axpy
 from tritonforge.ops.rmsnorm import rms_norm
@@ -33,6 +34,7 @@ __all__ = [
     "swiglu",
     "softmax",
     "flash_attention",
+    "patch",
     "swiglu_mlp_front",
     "environment",
     "last_path",
