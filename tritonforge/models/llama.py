@@ -1,0 +1,182 @@
+"""A Llama decoder written out in full (chapter 9), runnable two ways over the same weights.
+
+One decoder layer is
+
+.. math::
+
+    h = x + W_o\\,\\mathrm{attn}(\\mathrm{rope}(W_q n), \\mathrm{rope}(W_k n), W_v n), \\quad n = \\mathrm{rmsnorm}(x)
+
+    y = h + W_\\text{down}\\big(\\mathrm{silu}(W_\\text{gate} m) \\odot W_\\text{up} m\\big), \\quad m = \\mathrm{rmsnorm}(h)
+
+with grouped-query attention (``heads`` query heads over ``kv_heads`` key/value heads), causal,
+and rotary position embeddings (the ``rotate_half`` form Hugging Face uses). :class:`Llama`
+holds the weights once; ``forward(..., backend="torch")`` computes every step with PyTorch (the
+Hugging Face formulas: the parity reference), ``backend="tritonforge"`` with the package's
+kernels (:func:`tritonforge.rms_norm`, :func:`tritonforge.flash_attention`,
+:func:`tritonforge.swiglu_mlp_front`). The projections and rotary embeddings are PyTorch in both.
+
+:class:`KVCache` keeps each layer's keys and values in one preallocated buffer; attention reads
+the filled prefix ``[:, :, :length]`` in place (a strided view, no copy). :func:`generate` is
+greedy decoding: one prefill call over the prompt, then one call per new token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from tritonforge.ops.attention import flash_attention
+from tritonforge.ops.rmsnorm import rms_norm
+from tritonforge.ops.swiglu import swiglu_mlp_front
+from tritonforge.reference import flash_attention_ref, rms_norm_ref, swiglu_mlp_front_ref
+
+BACKENDS = ("torch", "tritonforge")
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    """Sizes of a Llama-family decoder. The defaults are a toy that runs on the interpreter;
+    :meth:`llama3_8b` gives Llama-3-8B's layer sizes."""
+
+    vocab_size: int = 128
+    hidden_size: int = 64
+    intermediate_size: int = 160
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    rope_theta: float = 500000.0
+    eps: float = 1e-5
+    max_positions: int = 256
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @classmethod
+    def llama3_8b(cls, num_layers: int = 32, max_positions: int = 8192) -> LlamaConfig:
+        return cls(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=num_layers, num_heads=32,
+                   num_kv_heads=8, max_positions=max_positions)  # fmt: skip
+
+
+class KVCache:
+    """Keys and values of every layer, ``[B, kv_heads, max_positions, head_dim]`` each, and how
+    many positions are filled (the same for every layer and row)."""
+
+    def __init__(self, config: LlamaConfig, batch: int, dtype: torch.dtype, device):
+        shape = (config.num_layers, batch, config.num_kv_heads, config.max_positions, config.head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.length = 0
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``k, v [B, kv_heads, n, D]`` after the filled prefix; return the layer's keys and
+        values so far (views of the buffers)."""
+        start, n = self.length, k.shape[2]
+        if start + n > self.keys.shape[3]:
+            raise ValueError(f"the cache holds {self.keys.shape[3]} positions; {start} are filled and {n} more do not fit")
+        self.keys[layer, :, :, start : start + n] = k
+        self.values[layer, :, :, start : start + n] = v
+        return self.keys[layer, :, :, : start + n], self.values[layer, :, :, : start + n]
+
+
+def rotary_tables(config: LlamaConfig, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos, sin [n, head_dim]`` for the given positions (Hugging Face's layout: the frequency
+    table repeated twice along the head dimension), computed in float32, returned in ``dtype``."""
+    half = config.head_dim // 2
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(half, device=positions.device, dtype=torch.float32) / half))
+    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = cat(-x2, x1)``: x ``[B, H, n, D]``."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class Llama(torch.nn.Module):
+    """Embedding, ``num_layers`` decoder layers, final norm and LM head; weights ``[in, out]``
+    (``x @ w``), initialised like a fresh model (normal, std ``0.02``; norms 1 plus noise, so that a
+    missing multiply by the weight shows)."""
+
+    def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.float32, device=None, seed: int = 0):
+        super().__init__()
+        self.config = config
+        gen = torch.Generator().manual_seed(seed)
+        H, F, V = config.hidden_size, config.intermediate_size, config.vocab_size
+        q_out, kv_out = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+
+        def weight(*shape, std=0.02):
+            return torch.nn.Parameter((torch.randn(*shape, generator=gen) * std).to(dtype=dtype, device=device), requires_grad=False)
+
+        def norm():
+            return weight(H, std=0.1).add_(1.0)
+
+        self.embed = weight(V, H, std=1.0)
+        self.layers = torch.nn.ModuleList()
+        for _ in range(config.num_layers):
+            layer = torch.nn.Module()
+            layer.attn_norm, layer.mlp_norm = norm(), norm()
+            layer.wq, layer.wk, layer.wv, layer.wo = weight(H, q_out), weight(H, kv_out), weight(H, kv_out), weight(q_out, H)
+            layer.w_gate, layer.w_up, layer.w_down = weight(H, F), weight(H, F), weight(F, H)
+            self.layers.append(layer)
+        self.norm = norm()
+        self.lm_head = weight(H, V)
+
+    def forward(self, ids: torch.Tensor, cache: Optional[KVCache] = None, backend: str = "tritonforge") -> torch.Tensor:
+        """Logits ``[B, n, vocab]`` for token ids ``[B, n]`` that follow the ``cache.length``
+        positions already in ``cache`` (None: a fresh sequence, no cache kept)."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        cfg = self.config
+        B, n = ids.shape
+        start = cache.length if cache is not None else 0
+        cos, sin = rotary_tables(cfg, torch.arange(start, start + n, device=ids.device), self.embed.dtype)
+        x = self.embed[ids]  # [B, n, H]
+        for index, layer in enumerate(self.layers):
+            h = self._norm(x, layer.attn_norm, backend)
+            q = (h @ layer.wq).view(B, n, cfg.num_heads, cfg.head_dim).transpose(1, 2)  # [B, Hq, n, D], a view
+            k = (h @ layer.wk).view(B, n, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
+            v = (h @ layer.wv).view(B, n, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            if cache is not None:
+                k, v = cache.append(index, k, v)
+            a = self._attention(q, k, v, backend)  # [B, Hq, n, D]
+            x = x + a.transpose(1, 2).reshape(B, n, -1) @ layer.wo
+            m = self._norm(x, layer.mlp_norm, backend)
+            x = x + self._mlp_front(m, layer.w_gate, layer.w_up, backend) @ layer.w_down
+        if cache is not None:
+            cache.length += n
+        return self._norm(x, self.norm, backend) @ self.lm_head
+
+    def _norm(self, x, weight, backend):
+        if backend == "tritonforge":
+            return rms_norm(x, weight, self.config.eps)
+        return rms_norm_ref(x, weight, self.config.eps)
+
+    def _attention(self, q, k, v, backend):
+        if backend == "tritonforge":
+            return flash_attention(q, k, v, causal=True)
+        return flash_attention_ref(q, k, v, True)[0]
+
+    def _mlp_front(self, x, w_gate, w_up, backend):
+        if backend == "tritonforge":
+            return swiglu_mlp_front(x, w_gate, w_up)
+        return swiglu_mlp_front_ref(x, w_gate, w_up)
+
+
+@torch.no_grad()
+def generate(model: Llama, prompt: torch.Tensor, max_new_tokens: int, backend: str = "tritonforge") -> torch.Tensor:
+    """Greedy decoding with a KV cache: ``[B, prompt + max_new_tokens]`` token ids."""
+    cache = KVCache(model.config, prompt.shape[0], model.embed.dtype, prompt.device)
+    logits = model(prompt, cache, backend)  # prefill
+    tokens = [prompt]
+    for step in range(max_new_tokens):
+        token = logits[:, -1].argmax(-1, keepdim=True)
+        tokens.append(token)
+        if step + 1 < max_new_tokens:
+            logits = model(token, cache, backend)  # decode: one position per call
+    return torch.cat(tokens, dim=1)
