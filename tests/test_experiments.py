@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = REPO / "benchmarks" / "experiments"
 
 KEPT = {
+    "attention_tiles.py",
     "inductor_rmsnorm.py",
     "op_integration.py",
     "rmsnorm_bwd_programs.py",
@@ -180,6 +181,16 @@ def test_inductor_rmsnorm():
     line = re.search(r"float32 3x96: compiled, max rel err vs float64 (\S+)", result.stdout)
     assert line and float(line.group(1)) <= TOLERANCE[torch.float32], result.stdout
     assert "Output code" in result.stderr  # what the measurement keeps: the generated code
+
+
+def test_attention_tiles(tmp_path):
+    out = tmp_path / "tiles.json"
+    run_toy("attention_tiles.py", str(out))
+    rows = read_json(out)["rows"]
+    ours = [r for r in rows if r["impl"] == "tritonforge"]
+    assert {r["case"] for r in ours} == {"prefill", "decode"} and all("error" not in r for r in ours), ours
+    assert all(r["err"] < 1e-5 and r["device_us"] > 0 for r in ours)  # float32 toy shapes, checked before timing
+    assert len({tuple(r["plan"]) for r in ours if r["case"] == "decode"}) == 2  # two split counts
 
 
 def test_rmsnorm_fwd_blocks(tmp_path):

@@ -203,7 +203,10 @@ def _flash_attn_fwd_kernel(
     ACC_DTYPE: tl.constexpr,
 ):
     """Program (query block, batch · query head): BLOCK_M rows of O and lse."""
-    start_m = tl.program_id(0) * BLOCK_M
+    block = tl.program_id(0)
+    if CAUSAL:  # the last query blocks see the most keys: start them first (programs start in id order)
+        block = tl.num_programs(0) - 1 - block
+    start_m = block * BLOCK_M
     bh = tl.program_id(1)
     b = (bh // Hq).to(tl.int64)
     h = bh % Hq
