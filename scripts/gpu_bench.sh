@@ -4,6 +4,7 @@
 # Usage: bash scripts/gpu_bench.sh [results-dir] [suite ...]
 #   results-dir  where the JSON files go (default benchmarks/results)
 #   suite ...    default: ceilings axpy rmsnorm rmsnorm-bwd profile-eager-rmsnorm swiglu swiglu-bwd swiglu-front
+#                softmax softmax-bwd attention attention-decode
 #
 # Each suite runs in its own process, measures the ceilings first, and writes
 # <results-dir>/<suite>-<device>-<date>.json. The log goes to ${LOG:-<results-dir>/gpu-bench.log}.
