@@ -402,11 +402,11 @@ def _softcap_case(name: str, spec: _HeadsSpec) -> Case:
 def attention_softcap_cases() -> list[Case]:
     # spread² is the scores' standard deviation: every case puts most scores well past the cap
     return [
-        _softcap_case("float32 B=1 H=2, Nq=Nk=64, D=16, cap 5: whole blocks", _HeadsSpec(1, 2, 64, 64, spread=3.0, softcap=5.0)),
-        _softcap_case("ragged keys: Nq=37, Nk=100, B=2 H=3, D=32, cap 10", _HeadsSpec(2, 3, 37, 100, 32, spread=4.0, softcap=10.0)),
+        _softcap_case("float32 whole blocks: B=1 H=2, Nq=Nk=64, cap 5", _HeadsSpec(1, 2, 64, 64, spread=3.0, softcap=5.0)),
+        _softcap_case("ragged keys: Nq=37 Nk=100, B=2 H=3, D=32, cap 10", _HeadsSpec(2, 3, 37, 100, 32, spread=4.0, softcap=10.0)),
         _softcap_case("Nq=100 > Nk=29, D=16, cap 8", _HeadsSpec(1, 2, 100, 29, spread=3.5, softcap=8.0)),
         _softcap_case("one query (decode), Nk=77, H=4, cap 20", _HeadsSpec(1, 4, 1, 77, 32, spread=6.0, softcap=20.0)),
-        _softcap_case("scores near ±3000, cap 30: tanh must not overflow", _HeadsSpec(1, 2, 40, 50, spread=55.0, softcap=30.0)),
+        _softcap_case("scores near ±3000, cap 30: no overflow in tanh", _HeadsSpec(1, 2, 40, 50, spread=55.0, softcap=30.0)),
         _softcap_case("Gemma 2's cap 50, scores to ±200, Nq=Nk=45", _HeadsSpec(2, 1, 45, 45, spread=9.0, softcap=50.0)),
         _softcap_case("[B, N, H, D] storage, B=2 H=2, Nq=Nk=50", _HeadsSpec(2, 2, 50, 50, layout="bnhd", spread=3.0, softcap=6.0)),
         _softcap_case("float16, Nq=40, Nk=70, cap 10", _HeadsSpec(1, 2, 40, 70, dtype=torch.float16, spread=4.0, softcap=10.0)),
@@ -611,12 +611,12 @@ def sliding_window_attention_cases() -> list[Case]:
     return [
         _window_case("float32 B=1 H=2, Nq=Nk=64, window 20", _HeadsSpec(1, 2, 64, 64, window=20)),
         _window_case("Nq=37 < Nk=100, B=2 H=3, D=32, window 24", _HeadsSpec(2, 3, 37, 100, 32, window=24)),
-        _window_case("window 1: each query sees its own key only, Nq=Nk=40", _HeadsSpec(1, 2, 40, 40, window=1)),
+        _window_case("window 1 (each query sees its own key), Nq=Nk=40", _HeadsSpec(1, 2, 40, 40, window=1)),
         _window_case("window 7 < BLOCK_N, Nq=50, Nk=61", _HeadsSpec(2, 1, 50, 61, window=7)),
         _window_case("one query (decode), Nk=90, window 33, H=4", _HeadsSpec(1, 4, 1, 90, window=33)),
-        _window_case("NaN before every window: Nq=16, Nk=100, window 16", _HeadsSpec(1, 2, 16, 100, window=16, unseen_nan=True)),
+        _window_case("NaN before every window: Nq=16 Nk=100, window 16", _HeadsSpec(1, 2, 16, 100, window=16, unseen_nan=True)),
         _window_case("NaN before every window: Nq=40, Nk=97, window 5", _HeadsSpec(2, 1, 40, 97, window=5, unseen_nan=True)),
-        _window_case("[B, N, H, D] storage, B=2 H=2, Nq=Nk=50, window 17", _HeadsSpec(2, 2, 50, 50, layout="bnhd", window=17)),
+        _window_case("[B, N, H, D] storage: B=2 H=2 Nq=Nk=50 window 17", _HeadsSpec(2, 2, 50, 50, layout="bnhd", window=17)),
         _window_case("float16, H=2, Nq=40, Nk=70, window 20", _HeadsSpec(1, 2, 40, 70, dtype=torch.float16, window=20)),
         _window_case("bfloat16, H=2, Nq=33, Nk=60, window 12", _HeadsSpec(1, 2, 33, 60, dtype=torch.bfloat16, window=12)),
     ]
