@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import tritonforge as tfg
+from tritonforge import runtime
 from tritonforge.ops import swiglu as swiglu_module
 from tritonforge.ops.swiglu import swiglu, swiglu_bwd, swiglu_mlp_front
 from tritonforge.reference import swiglu_bwd_ref, swiglu_mlp_front_ref, swiglu_ref
@@ -328,7 +329,22 @@ def test_gpu_elementwise_large(shape, dtype):
     _check_forward(gate, up)
 
 
+@pytest.fixture
+def front_configs_narrowed(monkeypatch):
+    """Each new (N, K, M class) key autotunes every configuration (16-19, a compile and a timing
+    each): minutes for the shapes below. Their correctness does not depend on which configuration
+    wins, so they tune over the first three; test_gpu_front_every_configuration checks them all."""
+    full = swiglu_module.front_configs
+    monkeypatch.setattr(swiglu_module, "front_configs", lambda *args: full(*args)[:3])
+    swiglu_module.front_tuner.cache_clear()
+    swiglu_module._CHOSEN.clear()
+    yield
+    swiglu_module.front_tuner.cache_clear()
+    swiglu_module._CHOSEN.clear()
+
+
 @pytest.mark.gpu
+@pytest.mark.usefixtures("front_configs_narrowed")
 @pytest.mark.parametrize("dtype", HALF, ids=_name)
 @pytest.mark.parametrize("m", [1, 16, 33, 64, 65, 300, 4096], ids=lambda m: f"M={m}")
 def test_gpu_front(m, dtype):
@@ -337,6 +353,27 @@ def test_gpu_front(m, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m", [16, 300], ids=lambda m: f"M={m}")
+def test_gpu_front_every_configuration(m, monkeypatch):
+    """Every configuration the device is offered, one at a time (a tuner of one configuration runs
+    it without timing), on a shape with masked edges in M, N and K."""
+    device = torch.device("cuda")
+    shared = runtime.shared_memory_per_block(device)
+    configs = swiglu_module.front_configs(shared, swiglu_module.front_block_m(m), 2)
+    inputs = _front_inputs(m, 1000, 333, torch.float16, "cuda")
+    try:
+        for config in configs:
+            monkeypatch.setattr(swiglu_module, "front_configs", lambda *args, config=config: (config,))
+            swiglu_module.front_tuner.cache_clear()
+            swiglu_module._CHOSEN.clear()
+            _check_front(*inputs)
+    finally:
+        swiglu_module.front_tuner.cache_clear()
+        swiglu_module._CHOSEN.clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("front_configs_narrowed")
 def test_gpu_front_awkward_sizes():
     _check_front(*_front_inputs(37, 1000, 333, torch.float16, "cuda"))
     _check_front(*_front_inputs(129, 72, 4100, torch.bfloat16, "cuda"))
