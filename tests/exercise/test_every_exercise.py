@@ -9,9 +9,18 @@ import pytest
 
 from tritonforge import runtime
 
-from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07
+from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07, test_ch08
 
-TABLE = {**test_ch01.TABLE, **test_ch02.TABLE, **test_ch03.TABLE, **test_ch04.TABLE, **test_ch05.TABLE, **test_ch06.TABLE, **test_ch07.TABLE}
+TABLE = {
+    **test_ch01.TABLE,
+    **test_ch02.TABLE,
+    **test_ch03.TABLE,
+    **test_ch04.TABLE,
+    **test_ch05.TABLE,
+    **test_ch06.TABLE,
+    **test_ch07.TABLE,
+    **test_ch08.TABLE,
+}
 STEMS = sorted(TABLE)
 PLANTED = [(stem, wrong) for stem in STEMS for wrong in TABLE[stem][2]]
 INTERPRETER_ONLY_MISTAKES = test_ch03.INTERPRETER_ONLY_MISTAKES

@@ -20,9 +20,18 @@ import tritonforge  # noqa: F401  (before triton: the interpreter flag)
 from tritonforge.exercise import grade
 from tritonforge.exercise.stubs import STUBS
 
-from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07
+from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07, test_ch08
 
-TABLES = {**test_ch01.TABLE, **test_ch02.TABLE, **test_ch03.TABLE, **test_ch04.TABLE, **test_ch05.TABLE, **test_ch06.TABLE, **test_ch07.TABLE}
+TABLES = {
+    **test_ch01.TABLE,
+    **test_ch02.TABLE,
+    **test_ch03.TABLE,
+    **test_ch04.TABLE,
+    **test_ch05.TABLE,
+    **test_ch06.TABLE,
+    **test_ch07.TABLE,
+    **test_ch08.TABLE,
+}
 STEMS = sorted(grade.NOTEBOOKS)
 
 

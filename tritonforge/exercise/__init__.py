@@ -31,6 +31,8 @@ module     what it holds
            loss fused, over vocabulary-length rows
 ``ch07``   7a: FlashAttention-2 forward with Gemma 2's logit soft-capping; 7b: with an
            ALiBi bias, causal; 7c: with a sliding window, its key blocks skipped whole
+``ch08``   8a: register and route a new op end to end (input checks naming the argument,
+           runtime.dispatch, a torch.library custom op with a fake and a backward)
 ``grade``  the grading command: reads each notebook's stub cell, runs its check
 ``stubs``  every exercise's stub cell as shipped (the tests' proof that checks fail)
 =========  ==========================================================================
@@ -185,6 +187,16 @@ from tritonforge.exercise.ch07 import (
     try_sliding_window_attention,
     visible_keys,
 )
+from tritonforge.exercise.ch08 import (
+    OP_NAMESPACE,
+    check_scaled_residual_add,
+    fresh_op_name,
+    launch_scaled_residual_add,
+    launch_that_fails_to_compile,
+    scaled_residual_add_cases,
+    scaled_residual_add_ref,
+    try_scaled_residual_add,
+)
 from tritonforge.exercise.core import (
     Case,
     Guarded,
@@ -226,6 +238,7 @@ EXERCISES = {
     "attention_softcap": check_attention_softcap,
     "attention_alibi": check_attention_alibi,
     "sliding_window_attention": check_sliding_window_attention,
+    "scaled_residual_add": check_scaled_residual_add,
 }
 """Every exercise's check, by name, in the book's order."""
 
@@ -383,6 +396,15 @@ __all__ = [
     "try_attention_softcap",
     "try_sliding_window_attention",
     "visible_keys",
+    # chapter 8
+    "OP_NAMESPACE",
+    "check_scaled_residual_add",
+    "fresh_op_name",
+    "launch_scaled_residual_add",
+    "launch_that_fails_to_compile",
+    "scaled_residual_add_cases",
+    "scaled_residual_add_ref",
+    "try_scaled_residual_add",
     # the registry
     "EXERCISES",
 ]

@@ -42,6 +42,7 @@ from tritonforge.exercise.ch04 import check_fused_add_rms_norm_backward, check_r
 from tritonforge.exercise.ch05 import check_geglu, check_matmul_bias_silu, check_swiglu_bwd
 from tritonforge.exercise.ch06 import check_cross_entropy, check_log_softmax, check_merge_states
 from tritonforge.exercise.ch07 import check_attention_alibi, check_attention_softcap, check_sliding_window_attention
+from tritonforge.exercise.ch08 import check_scaled_residual_add
 from tritonforge.exercise.core import Report, describe_exception
 from tritonforge.exercise.stubs import STUBS
 
@@ -89,6 +90,7 @@ NOTEBOOKS = {
         Exercise("ex07a_softcapping", "attention_softcap_kernel", check_attention_softcap),
         Exercise("ex07b_alibi", "attention_alibi_kernel", check_attention_alibi),
         Exercise("ex07c_sliding_window", "sliding_window_attention_kernel", check_sliding_window_attention),
+        Exercise("ex08a_register_an_op", "register_scaled_residual_add", check_scaled_residual_add),
     )
 }
 """Every exercise notebook, by stem, in the book's order."""
