@@ -9,7 +9,7 @@ import pytest
 
 from tritonforge import runtime
 
-from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07, test_ch08
+from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07, test_ch08, test_ch09
 
 TABLE = {
     **test_ch01.TABLE,
@@ -20,6 +20,7 @@ TABLE = {
     **test_ch06.TABLE,
     **test_ch07.TABLE,
     **test_ch08.TABLE,
+    **test_ch09.TABLE,
 }
 STEMS = sorted(TABLE)
 PLANTED = [(stem, wrong) for stem in STEMS for wrong in TABLE[stem][2]]

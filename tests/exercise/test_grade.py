@@ -20,7 +20,7 @@ import tritonforge  # noqa: F401  (before triton: the interpreter flag)
 from tritonforge.exercise import grade
 from tritonforge.exercise.stubs import STUBS
 
-from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07, test_ch08
+from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07, test_ch08, test_ch09
 
 TABLES = {
     **test_ch01.TABLE,
@@ -31,6 +31,7 @@ TABLES = {
     **test_ch06.TABLE,
     **test_ch07.TABLE,
     **test_ch08.TABLE,
+    **test_ch09.TABLE,
 }
 STEMS = sorted(grade.NOTEBOOKS)
 

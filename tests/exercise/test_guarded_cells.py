@@ -342,6 +342,29 @@ def sliding_window_attention_kernel(
         m_i = m_new
     tl.store(out_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :], acc / l_i[:, None])
 ''',
+    "ex09a_fused_rope": '''\
+@triton.jit
+def rope_kernel(
+    q_ptr, k_ptr, cos_ptr, sin_ptr, q_out_ptr, k_out_ptr, stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+    stride_qob, stride_qoh, stride_qon, stride_kob, stride_koh, stride_kon, Hq, Hk, N, offset, HALF: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, HALF)
+    b = tl.program_id(1) // (Hq + Hk)
+    h = tl.program_id(1) % (Hq + Hk)
+    if h < Hq:
+        x_ptr = q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_qn + cols[None, :]
+        o_ptr = q_out_ptr + b * stride_qob + h * stride_qoh + rows[:, None] * stride_qon + cols[None, :]
+    else:
+        x_ptr = k_ptr + b * stride_kb + (h - Hq) * stride_kh + rows[:, None] * stride_kn + cols[None, :]
+        o_ptr = k_out_ptr + b * stride_kob + (h - Hq) * stride_koh + rows[:, None] * stride_kon + cols[None, :]
+    x1 = tl.load(x_ptr).to(tl.float32)
+    x2 = tl.load(x_ptr + HALF).to(tl.float32)
+    c = tl.load(cos_ptr + (offset + rows)[:, None] * (2 * HALF) + cols[None, :]).to(tl.float32)
+    s = tl.load(sin_ptr + (offset + rows)[:, None] * (2 * HALF) + cols[None, :]).to(tl.float32)
+    tl.store(o_ptr, x1 * c - x2 * s)
+    tl.store(o_ptr + HALF, x2 * c + x1 * s)
+''',
 }
 
 

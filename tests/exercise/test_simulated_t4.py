@@ -11,9 +11,9 @@ import tritonforge  # noqa: F401  (before triton: the interpreter flag)
 from tritonforge import exercise, runtime
 from tritonforge.exercise.stubs import STUBS
 
-from . import notebooks, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07, test_ch08
+from . import notebooks, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07, test_ch08, test_ch09
 
-TABLE = {**test_ch03.TABLE, **test_ch04.TABLE, **test_ch05.TABLE, **test_ch06.TABLE, **test_ch07.TABLE, **test_ch08.TABLE}
+TABLE = {**test_ch03.TABLE, **test_ch04.TABLE, **test_ch05.TABLE, **test_ch06.TABLE, **test_ch07.TABLE, **test_ch08.TABLE, **test_ch09.TABLE}
 NO_BF16_CASES = {"ex05c_matmul_bias_silu"}  # its cases are float32/float16 (bf16 tl.dot is wrong in the interpreter)
 WITH_BF16_CASES = sorted(s for s in TABLE if "@triton.jit" in STUBS[s] and s not in NO_BF16_CASES)
 WITH_BF16_CASES += ["ex08a_register_an_op"]  # no kernel in its stub (it registers an op), but a bfloat16 case

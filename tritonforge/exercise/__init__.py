@@ -33,6 +33,8 @@ module     what it holds
            ALiBi bias, causal; 7c: with a sliding window, its key blocks skipped whole
 ``ch08``   8a: register and route a new op end to end (input checks naming the argument,
            runtime.dispatch, a torch.library custom op with a fake and a backward)
+``ch09``   9a: rotary position embeddings on q and k in one launch (rotate_half form,
+           grouped-query heads, positions from an offset)
 ``grade``  the grading command: reads each notebook's stub cell, runs its check
 ``stubs``  every exercise's stub cell as shipped (the tests' proof that checks fail)
 =========  ==========================================================================
@@ -197,6 +199,15 @@ from tritonforge.exercise.ch08 import (
     scaled_residual_add_ref,
     try_scaled_residual_add,
 )
+from tritonforge.exercise.ch09 import (
+    ROPE_BLOCK_N,
+    check_rope,
+    launch_rope,
+    rope_cases,
+    rope_ref,
+    rope_tables,
+    try_rope,
+)
 from tritonforge.exercise.core import (
     Case,
     Guarded,
@@ -239,6 +250,7 @@ EXERCISES = {
     "attention_alibi": check_attention_alibi,
     "sliding_window_attention": check_sliding_window_attention,
     "scaled_residual_add": check_scaled_residual_add,
+    "rope": check_rope,
 }
 """Every exercise's check, by name, in the book's order."""
 
@@ -405,6 +417,14 @@ __all__ = [
     "scaled_residual_add_cases",
     "scaled_residual_add_ref",
     "try_scaled_residual_add",
+    # chapter 9
+    "ROPE_BLOCK_N",
+    "check_rope",
+    "launch_rope",
+    "rope_cases",
+    "rope_ref",
+    "rope_tables",
+    "try_rope",
     # the registry
     "EXERCISES",
 ]

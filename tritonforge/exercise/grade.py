@@ -43,6 +43,7 @@ from tritonforge.exercise.ch05 import check_geglu, check_matmul_bias_silu, check
 from tritonforge.exercise.ch06 import check_cross_entropy, check_log_softmax, check_merge_states
 from tritonforge.exercise.ch07 import check_attention_alibi, check_attention_softcap, check_sliding_window_attention
 from tritonforge.exercise.ch08 import check_scaled_residual_add
+from tritonforge.exercise.ch09 import check_rope
 from tritonforge.exercise.core import Report, describe_exception
 from tritonforge.exercise.stubs import STUBS
 
@@ -91,6 +92,7 @@ NOTEBOOKS = {
         Exercise("ex07b_alibi", "attention_alibi_kernel", check_attention_alibi),
         Exercise("ex07c_sliding_window", "sliding_window_attention_kernel", check_sliding_window_attention),
         Exercise("ex08a_register_an_op", "register_scaled_residual_add", check_scaled_residual_add),
+        Exercise("ex09a_fused_rope", "rope_kernel", check_rope),
     )
 }
 """Every exercise notebook, by stem, in the book's order."""

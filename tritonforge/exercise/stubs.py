@@ -359,5 +359,19 @@ def register_scaled_residual_add(op_name: str, launch):
     # your code here
     raise NotImplementedError("write register_scaled_residual_add")
 ''',
+    "ex09a_fused_rope": """\
+@triton.jit
+def rope_kernel(
+    q_ptr, k_ptr, cos_ptr, sin_ptr, q_out_ptr, k_out_ptr,
+    stride_qb, stride_qh, stride_qn,
+    stride_kb, stride_kh, stride_kn,
+    stride_qob, stride_qoh, stride_qon,
+    stride_kob, stride_koh, stride_kon,
+    Hq, Hk, N, offset,
+    HALF: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # your code here
+    pass
+""",
 }
 """Notebook stem → the source of its stub cell."""
