@@ -92,3 +92,18 @@ def test_patch_changes_only_that_instance(device):
 def test_patch_refuses_a_model_it_cannot_serve():
     with pytest.raises(ValueError, match="no RMSNorm, SwiGLU MLP or attention"):
         patch(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+
+
+def test_chunked_prefill_on_a_filled_cache_is_right(device):
+    """More queries than one on top of a filled DynamicCache: transformers passes a causal mask
+    there (not None), which the patch routes to SDPA, loudly; logits equal the unpatched model's."""
+    reference, ours = _pair("llama", device)
+    ids = torch.randint(0, 97, (1, 30), device=device)
+    caches = [transformers.DynamicCache(config=m.config) for m in (reference, ours)]
+    with torch.no_grad(), tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="attention mask"):
+        reference(ids[:, :20], past_key_values=caches[0])
+        ours(ids[:, :20], past_key_values=caches[1])
+        expected = reference(ids[:, 20:], past_key_values=caches[0]).logits
+        got = ours(ids[:, 20:], past_key_values=caches[1]).logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert tfg.last_route("flash_attention").reason == "unsupported"

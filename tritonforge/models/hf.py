@@ -60,7 +60,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     q_len, kv_len = query.shape[2], key.shape[2]
     if causal and q_len > 1 and kv_len > q_len:
         # What transformers' SDPA does here: without a mask, more keys than queries at prefill means a
-        # static cache's buffer, whose valid keys are the first q_len (top-left causal on those).
+        # static cache's buffer, whose valid keys are the first q_len (top-left causal on those). Queries
+        # on top of a filled cache come with a mask instead (tested): the SDPA fallback above serves them.
         key, value = key[:, :, :q_len], value[:, :, :q_len]
     out = flash_attention(query, key, value, causal=causal and q_len > 1, sm_scale=scaling)
     return out.transpose(1, 2), None  # [B, Nq, Hq, D]: a view of q's [B, N, H, D] layout when q is one
