@@ -582,6 +582,8 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         path computed it; ``tfg.last_path("swiglu_backward")`` the latest backward's.
     """
     _check_swiglu(gate, up)
+    if gate.dim() == 0:  # a scalar: the kernels work on rows [..., F]; one row of one element
+        return swiglu(gate.reshape(1), up.reshape(1)).reshape(())
     needs_grad = torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad)
     if torch.compiler.is_compiling():
         return swiglu_op(gate, up)
