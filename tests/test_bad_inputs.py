@@ -145,10 +145,10 @@ SPECIFIC = [
     Bad("flash_attention", "causal", "None", _set("causal", lambda c: None), TypeError),
     Bad("flash_attention", "causal", "string", _set("causal", lambda c: "yes"), TypeError),
     Bad("flash_attention", "causal", "tensor", _set("causal", lambda c: torch.tensor(True)), TypeError),
-    # sm_scale: a non-finite value is a TypeError here ("a finite float or None"), where rms_norm's eps gives ValueError.
-    Bad("flash_attention", "sm_scale", "NaN", _set("sm_scale", lambda s: NAN), TypeError),
-    Bad("flash_attention", "sm_scale", "inf", _set("sm_scale", lambda s: INF), TypeError),
-    Bad("flash_attention", "sm_scale", "-inf", _set("sm_scale", lambda s: -INF), TypeError),
+    # sm_scale: a non-finite value is a ValueError, as rms_norm's eps.
+    Bad("flash_attention", "sm_scale", "NaN", _set("sm_scale", lambda s: NAN), ValueError),
+    Bad("flash_attention", "sm_scale", "inf", _set("sm_scale", lambda s: INF), ValueError),
+    Bad("flash_attention", "sm_scale", "-inf", _set("sm_scale", lambda s: -INF), ValueError),
     Bad("flash_attention", "sm_scale", "string", _set("sm_scale", lambda s: "0.1"), TypeError),
     Bad("flash_attention", "sm_scale", "bool", _set("sm_scale", lambda s: True), TypeError),
     Bad("flash_attention", "sm_scale", "tensor", _set("sm_scale", lambda s: torch.tensor(0.1)), TypeError),
@@ -197,13 +197,11 @@ def test_bad_input_raises_naming_the_argument(bad: Bad):
         tfg.last_route(bad.op)
 
 
-def test_return_lse_is_not_checked():
-    """``return_lse`` (keyword-only, attention) is taken by truthiness: a non-bool is not
-    refused. Recorded here as the current behaviour (attention.py is not this file's to change)."""
+def test_return_lse_must_be_a_bool():
+    """``return_lse`` (keyword-only, attention) is checked like ``causal``: a non-bool is refused."""
     q = torch.randn(1, 2, 4, 16)
-    with tfg.strict():
-        out = tfg.flash_attention(q, q, q, return_lse="no")
-    assert isinstance(out, tuple)
+    with pytest.raises(TypeError, match="return_lse"):
+        tfg.flash_attention(q, q, q, return_lse="no")
 
 
 # ----------------------------------------------------------------------------------------------

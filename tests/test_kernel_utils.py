@@ -1,6 +1,8 @@
 """The shared kernel helpers: rounding on store (in the interpreter too), accumulator dtypes,
 and plain launches that stay right when Triton's specialization changes between calls."""
 
+import math
+
 import pytest
 import torch
 
@@ -59,3 +61,14 @@ def test_plain_launches_stay_correct_when_the_specialization_changes():
             y, _ = rms_norm_fwd(view, w, 1e-6)
             assert_within_budget(y, rms_norm_ref(view, w, upcast=True), rms_norm_ref(view, w))
     assert tfg.rms_norm(big[:, 1:], torch.ones(4099, device="cuda")).shape == (70, 4099)
+
+
+def test_split_float_beyond_float32_is_infinite_not_nan():
+    """inf - inf would be NaN: past float32's range the high half is +-inf and the low half 0."""
+    from tritonforge.kernel_utils import split_float
+
+    assert split_float(1e39) == (math.inf, 0.0) and split_float(-math.inf) == (-math.inf, 0.0)
+    hi, lo = split_float(math.nan)
+    assert math.isnan(hi) and lo == 0.0
+    hi, lo = split_float(0.1)
+    assert hi != 0.1 and hi + lo == 0.1

@@ -232,3 +232,13 @@ def test_gpu_environment_and_compiled_path():
     x = torch.randn(4096, device="cuda")
     tfg.axpy(1.0, x, x)
     assert tfg.last_path("axpy") == "triton"
+
+
+def test_a_device_the_interpreter_cannot_run_is_a_device_fallback():
+    """Meta tensors on the interpreter path: routed to the reference (reason "device"), not sent
+    to a kernel that fails copying them (which read as a kernel error)."""
+    if not runtime.interpreting():
+        pytest.skip("the interpreter's device check")
+    route = runtime.choose_route("rms_norm", torch.device("meta"))
+    assert route.path == "torch" and route.reason == "device" and "meta" in route.detail
+    assert runtime.choose_route("rms_norm", torch.device("cpu")).path == "interpreter"

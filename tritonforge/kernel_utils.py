@@ -7,6 +7,7 @@ here make that one call each.
 
 from __future__ import annotations
 
+import math
 import struct
 
 import torch
@@ -52,10 +53,17 @@ def acc_torch_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def split_float(value: float) -> tuple[float, float]:
     """``(hi, lo)``: ``value`` rounded to float32, and the remainder. A Python float reaches a
     kernel as float32 in Triton's interpreter whatever its annotation, so a float64 scalar
     travels as these two float32 arguments; their sum in float64 carries 48 bits."""
+    if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+        # Beyond float32's range (or inf/NaN): the kernel sees +-inf (or NaN), and lo must be 0, not
+        # inf - inf = NaN.
+        return (value if math.isnan(value) else math.copysign(math.inf, value)), 0.0
     hi = struct.unpack("f", struct.pack("f", value))[0]
     return hi, value - hi
 

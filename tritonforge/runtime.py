@@ -308,7 +308,9 @@ def _served(op: str, path: str) -> Route:
 def _device_route(op: str, device: torch.device) -> Optional[Route]:
     """Check 2: the path the device allows, or a fallback Route."""
     if interpreting():
-        return _served(op, "interpreter")
+        if device.type in ("cpu", "cuda"):
+            return _served(op, "interpreter")
+        return Route(op, "torch", "device", f"tensors are on {device.type}; Triton's interpreter runs kernels on CPU tensors")
     if device.type == "cuda":
         return _served(op, "triton")
     return Route(

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from typing import NamedTuple, Optional
 
 import torch
@@ -651,7 +652,7 @@ flash_attention_op.register_vmap(_vmap_rule)
 # ----------------------------------------------------------------------------------------------
 
 
-def _check(q, k, v, causal, sm_scale) -> float:
+def _check(q, k, v, causal, sm_scale, return_lse) -> float:
     for name, t in (("q", q), ("k", k), ("v", v)):
         runtime.check_tensor(name, t, dtypes=ATTENTION_DTYPES)
         if t.dim() != 4:
@@ -667,10 +668,14 @@ def _check(q, k, v, causal, sm_scale) -> float:
         raise ValueError(f"q has {q.shape[1]} heads and k {k.shape[1]}: the KV heads must divide the query heads (GQA)")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     if sm_scale is None:
         return q.shape[3] ** -0.5 if q.shape[3] else 1.0
-    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale):
-        raise TypeError(f"sm_scale must be a finite float or None, got {sm_scale!r}")
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
+        raise TypeError(f"sm_scale must be a real number or None, got {type(sm_scale).__name__}")
+    if not math.isfinite(sm_scale):
+        raise ValueError(f"sm_scale must be finite, got {sm_scale}")
     return float(sm_scale)
 
 
@@ -701,7 +706,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         ``[B, N, H, D]`` memory), or ``(O, lse)``. ``tfg.last_path("flash_attention")`` tells which
         path computed it.
     """
-    scale = _check(q, k, v, causal, sm_scale)
+    scale = _check(q, k, v, causal, sm_scale, return_lse)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if torch.compiler.is_compiling():
         o, lse = flash_attention_op(q, k, v, causal, scale)
