@@ -25,7 +25,8 @@ def axpy_ref(alpha: float, x: torch.Tensor, y: torch.Tensor, *, upcast: bool = F
     return out if upcast else out.to(x.dtype)
 
 
-def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, upcast: bool = False) -> torch.Tensor:
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                 *, upcast: bool = False) -> torch.Tensor:
     """RMSNorm over the last dim with Hugging Face ``LlamaRMSNorm`` casting.
 
     ``h = x.to(float32); h = h * rsqrt(mean(h**2, -1) + eps)``, then
@@ -83,7 +84,9 @@ def swiglu_ref(gate: torch.Tensor, up: torch.Tensor, *, upcast: bool = False) ->
     return y if upcast else y.to(gate.dtype)
 
 
-def swiglu_bwd_ref(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, *, upcast: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def swiglu_bwd_ref(
+    dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, *, upcast: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The hand-derived backward of :func:`swiglu_ref` (chapter 5), with ``s = sigmoid(gate)``:
     ``dgate = dy * up * s * (1 + gate * (1 - s))`` and ``dup = dy * silu(gate)`` (the rounded
     ``silu(gate)`` of the forward). Differentiable PyTorch ops: the double-backward path, the

@@ -14,10 +14,11 @@ from tritonforge import exercise
 import triton
 import triton.language as tl
 
-from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07
+from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07, test_ch08, test_ch09
 from .test_ch01 import intensity_counts_macs
 
-TABLES = {**test_ch01.TABLE, **test_ch02.TABLE, **test_ch03.TABLE, **test_ch04.TABLE, **test_ch05.TABLE, **test_ch06.TABLE, **test_ch07.TABLE}
+TABLES = {**test_ch01.TABLE, **test_ch02.TABLE, **test_ch03.TABLE, **test_ch04.TABLE, **test_ch05.TABLE, **test_ch06.TABLE, **test_ch07.TABLE,
+          **test_ch08.TABLE, **test_ch09.TABLE}  # fmt: skip
 
 
 def test_every_exercise_notebook_is_in_a_table():
