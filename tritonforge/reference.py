@@ -132,6 +132,26 @@ def softmax_bwd_ref(dy: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) 
     return dx if upcast else dx.to(y.dtype)
 
 
+def _attention_probabilities(q, k, v, causal, sm_scale, ct):
+    """``(P, lse, k, v)`` of naive attention in ``ct``: k and v repeated to the query heads, the
+    scaled scores masked bottom-right when causal, ``lse = logsumexp(S, -1)`` (``-inf`` where a
+    query sees no key) and ``P = exp(S - lse)`` (0 on such rows). Shared by the forward and the
+    backward reference."""
+    group = q.shape[1] // k.shape[1]
+    scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+    q_, k_, v_ = q.to(ct), k.to(ct).repeat_interleave(group, dim=1), v.to(ct).repeat_interleave(group, dim=1)
+    s = q_ @ k_.transpose(-1, -2) * scale  # [B, Hq, Nq, Nk]
+    Nq, Nk = q.shape[-2], k.shape[-2]
+    if causal:
+        i = torch.arange(Nq, device=q.device)[:, None]
+        j = torch.arange(Nk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + (Nk - Nq), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    seen = torch.isfinite(lse)[..., None]
+    p = torch.where(seen, torch.exp(s - torch.where(seen, lse[..., None], 0.0)), 0.0)
+    return p, lse, k_, v_
+
+
 def flash_attention_ref(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -152,19 +172,7 @@ def flash_attention_ref(
     Returns ``(O, lse)``: O in q's dtype, ``lse = logsumexp(S, -1)`` ``[B, Hq, Nq]`` in float32
     (float64 for float64 inputs; everything float64 with ``upcast``, the tests' oracle). Memory is
     ``B * Hq * Nq * Nk`` scores: this is the fallback, not the fast path."""
-    ct = _compute_dtype(q.dtype, upcast)
-    group = q.shape[1] // k.shape[1]
-    scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
-    q_, k_, v_ = q.to(ct), k.to(ct).repeat_interleave(group, dim=1), v.to(ct).repeat_interleave(group, dim=1)
-    s = q_ @ k_.transpose(-1, -2) * scale  # [B, Hq, Nq, Nk]
-    Nq, Nk = q.shape[-2], k.shape[-2]
-    if causal:
-        i = torch.arange(Nq, device=q.device)[:, None]
-        j = torch.arange(Nk, device=q.device)[None, :]
-        s = s.masked_fill(j > i + (Nk - Nq), float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)  # -inf where a query sees no key
-    seen = torch.isfinite(lse)[..., None]
-    p = torch.where(seen, torch.exp(s - torch.where(seen, lse[..., None], 0.0)), 0.0)
+    p, lse, _, v_ = _attention_probabilities(q, k, v, causal, sm_scale, _compute_dtype(q.dtype, upcast))
     o = p @ v_
     return (o, lse) if upcast else (o.to(q.dtype), lse)
 
@@ -193,16 +201,8 @@ def flash_attention_bwd_ref(
     Hkv, Nk = k.shape[1], k.shape[2]
     group = Hq // Hkv
     scale = D**-0.5 if sm_scale is None else sm_scale
-    q_, k_, v_ = q.to(ct), k.to(ct).repeat_interleave(group, dim=1), v.to(ct).repeat_interleave(group, dim=1)
-    do_ = do.to(ct)
-    s = q_ @ k_.transpose(-1, -2) * scale  # [B, Hq, Nq, Nk]
-    if causal:
-        i = torch.arange(Nq, device=q.device)[:, None]
-        j = torch.arange(Nk, device=q.device)[None, :]
-        s = s.masked_fill(j > i + (Nk - Nq), float("-inf"))
-    lse = torch.logsumexp(s, dim=-1, keepdim=True)
-    seen = torch.isfinite(lse)
-    p = torch.where(seen, torch.exp(s - torch.where(seen, lse, 0.0)), 0.0)
+    p, _, k_, v_ = _attention_probabilities(q, k, v, causal, sm_scale, ct)
+    q_, do_ = q.to(ct), do.to(ct)
     dv = p.transpose(-1, -2) @ do_  # [B, Hq, Nk, D]
     dp = do_ @ v_.transpose(-1, -2)
     ds = p * (dp - (p * dp).sum(-1, keepdim=True))

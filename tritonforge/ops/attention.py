@@ -71,7 +71,6 @@ from tritonforge.reference import flash_attention_bwd_ref, flash_attention_ref
 
 ATTENTION_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 # ----------------------------------------------------------------------------------------------
@@ -437,7 +436,7 @@ def plan(q_shape, k_shape, dtype: torch.dtype, device: torch.device) -> Optional
     interpreting = runtime.interpreting() or device.type != "cuda"
     shared = None if interpreting else runtime.shared_memory_per_block(device)
     sms = INTERPRETER_SMS if interpreting else runtime.sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    return _plan_cached(B, Hq, Nq, D, Hkv, Nk, torch.tensor([], dtype=dtype).element_size(), shared, sms)
+    return _plan_cached(B, Hq, Nq, D, Hkv, Nk, dtype.itemsize, shared, sms)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -485,13 +484,21 @@ def last_plan() -> Optional[Plan]:
 _empty = torch.empty
 
 
-def _new_output(q: torch.Tensor) -> torch.Tensor:
+def _heads_inner(q: torch.Tensor) -> bool:
+    """Whether q is a ``[B, Nq, Hq, D]`` buffer seen through ``transpose(1, 2)`` (heads inner to the
+    sequence): O then takes that layout too (the kernel and the fake agree through this)."""
+    return q.stride(1) < q.stride(2) and q.shape[1] > 1 and q.shape[2] > 1
+
+
+def _new_output(q: torch.Tensor, empty=None) -> torch.Tensor:
     """O in q's layout when q is ``[B, Hq, Nq, D]`` memory or a ``[B, Nq, Hq, D]`` buffer seen
-    through ``transpose(1, 2)``; otherwise ``[B, Hq, Nq, D]`` contiguous."""
+    through ``transpose(1, 2)``; otherwise ``[B, Hq, Nq, D]`` contiguous. ``empty`` allocates
+    (default: the module's ``_empty``; the fake passes ``q.new_empty``)."""
     B, Hq, Nq, D = q.shape
-    if q.stride(1) < q.stride(2) and Hq > 1 and Nq > 1:
-        return _empty(B, Nq, Hq, D, dtype=q.dtype, device=q.device).transpose(1, 2)
-    return _empty(B, Hq, Nq, D, dtype=q.dtype, device=q.device)
+    empty = empty or (lambda *shape: _empty(*shape, dtype=q.dtype, device=q.device))
+    if _heads_inner(q):
+        return empty(B, Nq, Hq, D).transpose(1, 2)
+    return empty(B, Hq, Nq, D)
 
 
 def _unit_head_stride(t: torch.Tensor) -> torch.Tensor:
@@ -593,11 +600,7 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
 @flash_attention_op.register_fake
 def _(q, k, v, causal, sm_scale):
     B, Hq, Nq, D = q.shape
-    if q.stride(1) < q.stride(2) and Hq > 1 and Nq > 1:
-        o = q.new_empty(B, Nq, Hq, D).transpose(1, 2)
-    else:
-        o = q.new_empty(B, Hq, Nq, D)
-    return o, q.new_empty(B, Hq, Nq, dtype=acc_torch_dtype(q.dtype))
+    return _new_output(q, q.new_empty), q.new_empty(B, Hq, Nq, dtype=acc_torch_dtype(q.dtype))
 
 
 @torch.library.custom_op("tritonforge::flash_attention_backward", mutates_args=())
