@@ -35,6 +35,7 @@ EXPERIMENTS = REPO / "benchmarks" / "experiments"
 KEPT = {
     "attention_tiles.py",
     "inductor_rmsnorm.py",
+    "long_rows.py",
     "op_integration.py",
     "rmsnorm_bwd_programs.py",
     "rmsnorm_fwd_blocks.py",

@@ -1,0 +1,216 @@
+"""Rows too long for one program's registers, read once: a row cut into chunks held by SPLITS
+programs that meet at a per-row barrier, beside the package's softmax and RMSNorm forward (and
+softmax backward) and torch's, as fractions of the copy bandwidth.
+
+Why: the package's long-row paths read x twice (pass 1 the statistics, pass 2 the output, hoping
+the re-read hits L2). With hundreds of programs in flight, hundreds of 128-512 KB rows overflow
+the 50 MB L2 and the re-read goes to HBM: 2 reads + 1 write, at best 2/3 of a copy. Here each
+program keeps its chunk of the row in registers, writes its partial statistic ((max, sum) for
+softmax, the sum of squares for RMSNorm, <dy, y> for softmax's backward) to a workspace, bumps
+the row's counter (atomic, release) and spins until the counter reaches SPLITS (acquire); then
+every program merges the row's SPLITS partials in the same fixed order (deterministic) and writes
+its chunk from registers: 1 read + 1 write. The barrier relies on the programs of a row being
+resident together: siblings are consecutive program ids, dispatched in order, and SPLITS is far
+below what the GPU holds at once (the forward-progress assumption of decoupled look-back scans).
+The counters are zeroed per call (one memset, included in the time).
+
+The chunk and warps (CONFIGS) are swept; each row checked against float64 first, and a
+wrong one reported, not timed.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/long_rows.py OUT.json
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/long_rows.py OUT.json (one chunk per
+row: the interpreter runs programs one after another, so a row of several chunks would spin forever)
+"""
+
+import json
+import sys
+
+import torch
+
+import smoke  # first: imports tritonforge before triton
+import tritonforge as tfg
+from smoke import DEVICE, toy
+from tritonforge.kernel_utils import acc_dtype, cast_for_store, round_bf16_by_hand
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_barrier(count_ptr, SPLITS: tl.constexpr):
+    """Arrive at the row's counter, then wait for all SPLITS programs of the row."""
+    tl.atomic_add(count_ptr, 1, sem="release")
+    while tl.atomic_add(count_ptr, 0, sem="acquire") < SPLITS:
+        pass
+
+
+@triton.jit
+def _coop_softmax_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, x_row_stride, N, CHUNK: tl.constexpr,
+                         SPLITS: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(ACC_DTYPE)
+    m = tl.max(x, axis=0)
+    s = tl.sum(tl.exp(x - tl.where(m == -float("inf"), 0.0, m)), axis=0)
+    tl.store(part_m_ptr + row * SPLITS + split, m)
+    tl.store(part_s_ptr + row * SPLITS + split, s)
+    _row_barrier(count_ptr + row, SPLITS)
+    parts = tl.arange(0, SPLITS)
+    ms = tl.load(part_m_ptr + row * SPLITS + parts, volatile=True)
+    ss = tl.load(part_s_ptr + row * SPLITS + parts, volatile=True)
+    m_row = tl.max(ms, axis=0)
+    s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)
+    y = tl.exp(x - m_row) * (1.0 / s_row)
+    tl.store(y_ptr + row * N + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+@triton.jit
+def _coop_softmax_bwd_kernel(dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, N, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
+                             ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    dy = tl.load(dy_ptr + row * N + cols, mask=mask, other=0.0).to(ACC_DTYPE)
+    y = tl.load(y_ptr + row * N + cols, mask=mask, other=0.0).to(ACC_DTYPE)
+    tl.store(part_ptr + row * SPLITS + split, tl.sum(dy * y, axis=0))
+    _row_barrier(count_ptr + row, SPLITS)
+    dot = tl.sum(tl.load(part_ptr + row * SPLITS + tl.arange(0, SPLITS), volatile=True), axis=0)
+    tl.store(dx_ptr + row * N + cols, cast_for_store(y * (dy - dot), dx_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+@triton.jit
+def _coop_rms_norm_kernel(x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, x_row_stride, N, eps, CHUNK: tl.constexpr,
+                          SPLITS: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(ACC_DTYPE)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
+    tl.store(part_ptr + row * SPLITS + split, tl.sum(x * x, axis=0))
+    _row_barrier(count_ptr + row, SPLITS)
+    sum_sq = tl.sum(tl.load(part_ptr + row * SPLITS + tl.arange(0, SPLITS), volatile=True), axis=0)
+    rstd = 1.0 / tl.sqrt(sum_sq / N + eps)
+    x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
+    tl.store(y_ptr + row * N + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+def coop_call(op: str, tensors: dict, chunk: int, warps: int):
+    """A zero-argument call of the cooperative kernel for ``op`` on ``tensors`` (its output preallocated)."""
+    x = tensors["x"]
+    m, n = x.shape
+    splits = triton.cdiv(n, chunk)
+    assert splits & (splits - 1) == 0, "SPLITS is a power of two (the merge loads all partials)"
+    acc = acc_dtype(x.dtype)
+    bf16 = round_bf16_by_hand(x.dtype)
+    out = torch.empty_like(x)
+    parts = torch.empty(m, splits, device=x.device, dtype=torch.float32)
+    parts2 = torch.empty(m, splits, device=x.device, dtype=torch.float32)
+
+    def call():
+        count = torch.zeros(m, device=x.device, dtype=torch.int32)
+        grid = (m * splits,)
+        if op == "softmax":
+            _coop_softmax_kernel[grid](x, out, parts, parts2, count, x.stride(0), n, CHUNK=chunk, SPLITS=splits, ACC_DTYPE=acc,
+                                       ROUND_BF16=bf16, num_warps=warps)  # fmt: skip
+        elif op == "softmax-bwd":
+            _coop_softmax_bwd_kernel[grid](tensors["dy"], tensors["y"], out, parts, count, n, CHUNK=chunk, SPLITS=splits,
+                                           ACC_DTYPE=acc, ROUND_BF16=bf16, num_warps=warps)  # fmt: skip
+        else:
+            _coop_rms_norm_kernel[grid](x, tensors["w"], out, parts, count, x.stride(0), n, 1e-6, CHUNK=chunk, SPLITS=splits,
+                                        ACC_DTYPE=acc, ROUND_BF16=bf16, num_warps=warps)  # fmt: skip
+        return out
+
+    return call
+
+
+def package_call(op: str, tensors: dict):
+    if op == "softmax":
+        return lambda: tfg.softmax(tensors["x"])
+    if op == "softmax-bwd":
+        from tritonforge.ops import softmax
+
+        return lambda: softmax.softmax_bwd(tensors["dy"], tensors["y"])
+    return lambda: tfg.rms_norm(tensors["x"], tensors["w"], 1e-6)
+
+
+def torch_call(op: str, tensors: dict):
+    if op == "softmax":
+        return lambda: torch.softmax(tensors["x"], -1)
+    if op == "softmax-bwd":
+        return lambda: torch._softmax_backward_data(tensors["dy"], tensors["y"], -1, tensors["x"].dtype)
+    return lambda: torch.nn.functional.rms_norm(tensors["x"], (tensors["x"].shape[1],), tensors["w"], 1e-6)
+
+
+def make(op: str, m: int, n: int, dtype) -> tuple[dict, torch.Tensor, int]:
+    """Inputs, the float64 reference and the bytes one call must move at least."""
+    x = (4 * torch.randn(m, n, device=DEVICE)).to(dtype)
+    if op == "rmsnorm":
+        w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(dtype)
+        xd = x.double()
+        ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)) * w.double()
+        return {"x": x, "w": w}, ref, (2 * m * n + n) * x.element_size()
+    y = torch.softmax(x.double(), -1)
+    if op == "softmax":
+        return {"x": x}, y, 2 * m * n * x.element_size()
+    dy = torch.randn(m, n, device=DEVICE).to(dtype)
+    ref = y * (dy.double() - (dy.double() * y).sum(-1, keepdim=True))
+    return {"x": x, "y": y.to(dtype), "dy": dy}, ref, 3 * m * n * x.element_size()
+
+
+def row(op, m, n, dtype, impl, call, ref, nbytes, copy_gbps, **extra) -> dict:
+    out = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:], "impl": impl, **extra}
+    try:
+        got = call()
+        smoke.synchronize()
+        out["err"] = ((got.double() - ref).abs().max() / ref.abs().max()).item()
+        if out["err"] < 2e-2:
+            out["device_us"] = smoke.device_us(call)
+            out["fraction_of_copy"] = nbytes / out["device_us"] / 1e3 / copy_gbps
+    except Exception as exc:  # noqa: BLE001 - reported, not fatal
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    print(out, flush=True)
+    return out
+
+
+CASES = toy(
+    [(op, m, n, dtype) for dtype in (torch.bfloat16, torch.float32)
+     for op, m, n in (("rmsnorm", 4096, 65536), ("softmax", 4096, 131072), ("softmax", 64, 131072), ("softmax", 1, 262144),
+                      ("softmax", 16384, 32768), ("softmax-bwd", 4096, 131072), ("softmax-bwd", 16384, 32768),
+                      ("rmsnorm", 4096, 32768), ("rmsnorm", 2048, 131072))],
+    [("softmax", 3, 96, torch.float32), ("softmax-bwd", 2, 64, torch.float32), ("rmsnorm", 2, 128, torch.bfloat16)],
+)  # fmt: skip
+CONFIGS = toy(((1024, 4), (4096, 8), (8192, 8), (16384, 16)), ((128, 1),))
+"""(chunk, num_warps) of the cooperative kernel: 8-32 elements a thread."""
+
+
+def write(rows: list) -> None:
+    with open(sys.argv[1], "w") as f:
+        json.dump({"device": smoke.device_name(), "torch": torch.__version__, "triton": triton.__version__, "copy": copy,
+                   "rows": rows, **smoke.meta()}, f, indent=1)  # fmt: skip
+
+
+copy = smoke.copy_ceiling()
+print("copy GB/s", round(copy["gbps"], 1), flush=True)
+rows = []
+for op, m, n, dtype in CASES:
+    tensors, ref, nbytes = make(op, m, n, dtype)
+    rows.append(row(op, m, n, dtype, "tritonforge", package_call(op, tensors), ref, nbytes, copy["gbps"]))
+    rows.append(row(op, m, n, dtype, "torch", torch_call(op, tensors), ref, nbytes, copy["gbps"]))
+    for chunk, warps in CONFIGS:
+        splits = triton.cdiv(n, chunk)
+        if splits > 128 or (m * splits < 132 and chunk > 1024):
+            continue  # too many partials for one merge, or too few programs to fill the GPU
+        rows.append(row(op, m, n, dtype, "coop", coop_call(op, tensors, chunk, warps), ref, nbytes, copy["gbps"],
+                        chunk=chunk, warps=warps, splits=splits))  # fmt: skip
+    del tensors, ref
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+    write(rows)  # after every case: a run stopped early keeps what it measured
+print("wrote", sys.argv[1])
