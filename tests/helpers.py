@@ -56,11 +56,21 @@ def skip_unsupported(dtype: torch.dtype, device: str) -> None:
         pytest.skip("bfloat16 kernels need compute capability >= 8.0")
 
 
-def budget(out: torch.Tensor, oracle: torch.Tensor, lowp: torch.Tensor, what: str) -> None:
+def budget(out: torch.Tensor, oracle: torch.Tensor, lowp: torch.Tensor, what: str, *, roundings: int = 1) -> None:
     """:func:`assert_within_budget`, labelled with what is compared; float64 outputs get a floor of
-    a few roundings (PyTorch's own float64 computation *is* the oracle there: its error is 0)."""
-    floor = 32 * torch.finfo(torch.float64).eps if out.dtype == torch.float64 else None
+    a few roundings (PyTorch's own float64 computation *is* the oracle there: its error is 0).
+    ``roundings``: the floor in units of the output's eps where a kernel provably rounds more than
+    once where PyTorch rounds once (e.g. a GPU's ``tl.exp``, ``ex2.approx.f32`` of ``x·log2 e``)."""
+    floor = 32 * torch.finfo(torch.float64).eps if out.dtype == torch.float64 else roundings * torch.finfo(out.dtype).eps
     try:
         assert_within_budget(out, oracle, lowp, floor=floor)
     except AssertionError as exc:
         raise AssertionError(f"{what} ({dtype_name(out.dtype)}): {exc}") from None
+
+
+def front_op(dtype: torch.dtype = torch.float32) -> str:
+    """The op that serves a model's MLP front in ``dtype``: the fused GEMM kernel
+    (``swiglu_mlp_front``) where it runs, else cuBLAS then the elementwise ``swiglu`` (float32 on a GPU)."""
+    from tritonforge.ops.swiglu import front_is_fused
+
+    return "swiglu_mlp_front" if front_is_fused(dtype) else "swiglu"

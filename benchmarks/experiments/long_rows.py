@@ -186,8 +186,8 @@ CASES = toy(
                       ("rmsnorm", 4096, 32768), ("rmsnorm", 2048, 131072))],
     [("softmax", 3, 96, torch.float32), ("softmax-bwd", 2, 64, torch.float32), ("rmsnorm", 2, 128, torch.bfloat16)],
 )  # fmt: skip
-CONFIGS = toy(((1024, 4), (4096, 8), (8192, 8), (16384, 16)), ((128, 1),))
-"""(chunk, num_warps) of the cooperative kernel: 8-32 elements a thread."""
+CONFIGS = toy(((1024, 4), (4096, 8), (8192, 4), (8192, 8), (16384, 8), (16384, 16), (32768, 16)), ((128, 1),))
+"""(chunk, num_warps) of the cooperative kernel: 8-64 elements a thread."""
 
 
 def write(rows: list) -> None:

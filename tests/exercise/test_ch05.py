@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
-from tritonforge import exercise
+from tritonforge import exercise, runtime
 from tritonforge.exercise import ch05
 
 import triton
@@ -460,12 +460,14 @@ def test_an_overflowing_exp_fails_only_the_large_gate_case_and_is_named(check, w
 
 
 def _skip_fp16_accumulator_on_old_interpreter(wrong) -> None:
-    """Triton 3.3's interpreter refuses a float16 accumulator in ``tl.dot`` (an AssertionError in
-    every float16 case) where later versions compute it: the mistake still fails (the generic
-    planted-answer test runs everywhere), but not only in the case built for it, and the verdict
-    reports the interpreter's error rather than naming the accumulator."""
-    if wrong is matmul_accumulates_in_input_dtype and tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 4):
-        pytest.skip("Triton < 3.4's interpreter rejects a float16 tl.dot accumulator outright (the mistake still fails)")
+    """Triton 3.3's interpreter, and the compiler on a GPU (3.6 on the H200), refuse a float16
+    accumulator in ``tl.dot`` with ``input_precision="ieee"`` (an error in every float16 case)
+    where the 3.4+ interpreter computes it: the mistake still fails (the generic planted-answer
+    test runs everywhere), but not only in the case built for it, and the verdict reports the
+    compiler's error rather than naming the accumulator."""
+    old_interpreter = tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 4)
+    if wrong is matmul_accumulates_in_input_dtype and (old_interpreter or not runtime.interpreting()):
+        pytest.skip("this Triton rejects a float16 tl.dot accumulator outright (the mistake still fails)")
 
 
 @pytest.mark.parametrize(

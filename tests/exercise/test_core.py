@@ -203,3 +203,21 @@ def test_a_picture_only_for_a_failure_with_something_written():
     assert exercise.core.with_picture(failed, lambda: 1 / 0, g).picture.startswith("(no picture: ZeroDivisionError")
     hinted = exercise.core.with_hint(exercise.core.with_picture(exercise.Verdict(False, 1.0, "wrong values"), draw, g), "a hint")
     assert hinted.detail == "wrong values. a hint" and hinted.picture, "a hint keeps the picture"
+
+
+def test_describe_exception_gives_a_compilation_errors_cause():
+    """Triton's CompilationError is "at L:C:", the source line, a caret, and (when the error rose
+    inside a call it points at) the cause chained as __cause__: the verdict shows the location
+    and the cause, never the bare caret."""
+    from tritonforge.exercise.core import describe_exception
+
+    try:
+        try:
+            raise ValueError("float16 accumulator is not supported")
+        except ValueError as cause:
+            raise RuntimeError("at 5:4:\n    acc = tl.dot(x, w, acc)\n    ^") from cause
+    except RuntimeError as exc:
+        text = describe_exception(exc)
+    assert text == "RuntimeError: at 5:4: ValueError: float16 accumulator is not supported", text
+    assert describe_exception(RuntimeError("one line")) == "RuntimeError: one line"
+    assert describe_exception(RuntimeError("at 1:2:\n  x = y\n  ^\nNameError: y")) == "RuntimeError: at 1:2: NameError: y"

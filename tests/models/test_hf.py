@@ -13,7 +13,7 @@ import tritonforge as tfg
 from tritonforge.models.hf import patch
 from tritonforge.ops import attention
 
-from ..helpers import assert_within_budget
+from ..helpers import assert_within_budget, front_op
 
 transformers = pytest.importorskip("transformers", reason="transformers is an optional extra (pip install transformers)")
 
@@ -49,7 +49,7 @@ def test_logits_within_budget_and_kernels_serve_every_call(family, device):
         with tfg.strict():
             got = ours(ids).logits
     kernel = "triton" if device == "cuda" else "interpreter"
-    for op in ("rms_norm", "swiglu_mlp_front", "flash_attention"):
+    for op in ("rms_norm", front_op(), "flash_attention"):
         assert tfg.last_path(op) == kernel, op
     assert_within_budget(got, oracle, baseline)
     assert ours.config._attn_implementation == "tritonforge" and reference.config._attn_implementation == "sdpa"

@@ -11,7 +11,7 @@ import tritonforge as tfg
 from tritonforge.models.llama import KVCache, Llama, LlamaConfig, generate
 from tritonforge.ops import attention
 
-from ..helpers import assert_within_budget
+from ..helpers import assert_within_budget, front_op
 
 CONFIG = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4, num_kv_heads=2, max_positions=64)
 
@@ -30,7 +30,7 @@ def test_logits_within_budget_of_the_float64_model(device):
         with tfg.strict():
             got = model(ids, backend="tritonforge")
     kernel = "triton" if device == "cuda" else "interpreter"
-    for op in ("rms_norm", "flash_attention", "swiglu_mlp_front"):
+    for op in ("rms_norm", "flash_attention", front_op()):
         assert tfg.last_path(op) == kernel, op
     assert_within_budget(got, oracle, baseline)
 

@@ -56,14 +56,17 @@ def _check(x, expected_strategy=None):
         y = softmax(x)
     assert tfg.last_path("softmax") in ("triton", "interpreter")
     assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
-    _budget(y, softmax_ref(x, upcast=True), softmax_ref(x), "y")
+    # On a GPU tl.exp is ex2.approx.f32 of x·log2(e) (2 ulp, and the product rounds), then y = e·(1/s):
+    # about four roundings where torch.softmax's expf and division make one or two.
+    roundings = 4 if x.is_cuda else 1
+    _budget(y, softmax_ref(x, upcast=True), softmax_ref(x), "y", roundings=roundings)
     dy = torch.randn(x.shape, dtype=x.dtype, device=x.device)
     leaf = x.detach().clone().requires_grad_()
     with tfg.strict():
         softmax(leaf).backward(dy)
     assert tfg.last_path("softmax_backward") in ("triton", "interpreter")
     y64 = softmax_ref(x, upcast=True)
-    _budget(leaf.grad, softmax_bwd_ref(dy, y64, upcast=True), softmax_bwd_ref(dy, softmax_ref(x)), "dx")
+    _budget(leaf.grad, softmax_bwd_ref(dy, y64, upcast=True), softmax_bwd_ref(dy, softmax_ref(x)), "dx", roundings=roundings)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)

@@ -86,7 +86,10 @@ class Row:
 
 def describe_exception(exc: BaseException, limit: int = 240) -> str:
     """``Type: message`` on one line; for a Triton compilation error the location and the cause."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip(" ^\t")]  # not the caret under the source
+    cause = exc.__cause__
+    if lines and lines[0].startswith("at ") and cause is not None and len(lines) <= 2:
+        lines.append(describe_exception(cause, limit))  # the compiler's cause, raised inside the call it points at
     if not lines:
         text = ""
     elif len(lines) == 1:

@@ -26,7 +26,7 @@ import torch
 from tritonforge import runtime
 from tritonforge.ops.attention import flash_attention
 from tritonforge.ops.rmsnorm import rms_norm
-from tritonforge.ops.swiglu import swiglu, swiglu_mlp_front
+from tritonforge.ops.swiglu import front_is_fused, swiglu, swiglu_mlp_front
 
 ATTN_IMPLEMENTATION = "tritonforge"
 ATTENTION_OP = "flash_attention"
@@ -37,9 +37,10 @@ def _rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
 
 
 def _mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
-    if x.dtype == self.gate_proj.weight.dtype:
+    if x.dtype == self.gate_proj.weight.dtype and front_is_fused(x.dtype):
         return self.down_proj(swiglu_mlp_front(x, self.gate_proj.weight.T, self.up_proj.weight.T))
-    return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))  # autocast and mixed dtypes: cuBLAS, then ours
+    # float32 on a GPU, autocast and mixed dtypes: cuBLAS, then ours
+    return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

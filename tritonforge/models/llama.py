@@ -13,7 +13,8 @@ and rotary position embeddings (the ``rotate_half`` form Hugging Face uses). :cl
 holds the weights once; ``forward(..., backend="torch")`` computes every step with PyTorch (the
 Hugging Face formulas: the parity reference), ``backend="tritonforge"`` with the package's
 kernels (:func:`tritonforge.rms_norm`, :func:`tritonforge.flash_attention`,
-:func:`tritonforge.swiglu_mlp_front`). The projections and rotary embeddings are PyTorch in both.
+:func:`tritonforge.swiglu_mlp_front`; float32 on a GPU: cuBLAS then :func:`tritonforge.swiglu`). The
+projections and rotary embeddings are PyTorch in both.
 
 :class:`KVCache` keeps each layer's keys and values in one preallocated buffer; attention reads
 the filled prefix ``[:, :, :length]`` in place (a strided view, no copy). :func:`generate` is
@@ -29,7 +30,7 @@ import torch
 
 from tritonforge.ops.attention import flash_attention
 from tritonforge.ops.rmsnorm import rms_norm
-from tritonforge.ops.swiglu import swiglu_mlp_front
+from tritonforge.ops.swiglu import front_is_fused, swiglu, swiglu_mlp_front
 from tritonforge.reference import flash_attention_ref, rms_norm_ref, swiglu_mlp_front_ref
 
 BACKENDS = ("torch", "tritonforge")
@@ -163,8 +164,10 @@ class Llama(torch.nn.Module):
         return flash_attention_ref(q, k, v, True)[0]
 
     def _mlp_front(self, x, w_gate, w_up, backend):
-        if backend == "tritonforge":
+        if backend == "tritonforge" and front_is_fused(x.dtype):
             return swiglu_mlp_front(x, w_gate, w_up)
+        if backend == "tritonforge":  # float32 on a GPU: cuBLAS's two GEMMs, then the fused elementwise kernel
+            return swiglu(x @ w_gate, x @ w_up)
         return swiglu_mlp_front_ref(x, w_gate, w_up)
 
 

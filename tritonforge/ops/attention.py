@@ -411,7 +411,10 @@ class Plan(NamedTuple):
 
 
 PREFILL_TILES = (
-    # (BLOCK_M, BLOCK_N, num_warps, num_stages), best first; the first that fits shared memory runs
+    # (BLOCK_M, BLOCK_N, num_warps, num_stages), best first; the first that fits shared memory runs.
+    # H200, D = 128, bf16 (benchmarks/experiments/attention-tiles-nvidia-h200-2026-11-30.json):
+    # 128 x 128 ran at 461-492 TFLOP/s unmasked and 367-478 causal, the best or within 1% of it.
+    (128, 128, 8, 3),
     (128, 64, 8, 3),
     (128, 64, 4, 3),
     (64, 64, 4, 3),
@@ -454,8 +457,10 @@ def _plan_cached(B, Hq, Nq, D, Hkv, Nk, element_size, shared, sms) -> Optional[P
             if _tile_bytes(block_m, block_n, head_d, stages, element_size) > shared:
                 return None
         blocks = triton.cdiv(max(Nk, 1), block_n)
-        # Enough programs to fill the GPU about twice: splits * B * Hkv >= 2 * SMs.
-        splits = min(MAX_SPLITS, blocks, max(1, triton.cdiv(2 * sms, B * Hkv)))
+        # Enough programs to fill the GPU once: splits * B * Hkv >= SMs. More splits only add
+        # partial outputs to write and merge (H200: B = 32, 8 KV heads, 256 programs: one split
+        # 123 us, two 140 us at Nk = 4096; attention-tiles-nvidia-h200-2026-11-30.json).
+        splits = min(MAX_SPLITS, blocks, max(1, triton.cdiv(sms, B * Hkv)))
         chunk = triton.cdiv(blocks, splits) * block_n
         splits = triton.cdiv(max(Nk, 1), chunk)  # no empty trailing split
         return Plan("decode", block_m, block_n, warps, stages, splits, chunk)

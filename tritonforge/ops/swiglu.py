@@ -430,12 +430,19 @@ def _backward_routed(dy, gate, up, need_dgate: bool, need_dup: bool):
     )  # fmt: skip
 
 
+def front_is_fused(dtype: torch.dtype) -> bool:
+    """Whether :func:`swiglu_mlp_front` runs its fused kernel for ``dtype`` (rather than routing to
+    the reference): 16-bit inputs on a GPU (tensor cores), any supported dtype on the interpreter.
+    A model with float32 weights on a GPU calls cuBLAS and :func:`swiglu` instead (``models``)."""
+    return dtype in (torch.float16, torch.bfloat16) or runtime.interpreting()
+
+
 def _front_routed(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0 or w_gate.numel() == 0:
         runtime.record_empty(FRONT_OP)
         return swiglu_mlp_front_ref(x, w_gate, w_up).contiguous()
     unsupported = None
-    if x.dtype == torch.float32 and not runtime.interpreting():
+    if x.dtype == torch.float32 and not front_is_fused(x.dtype):
         unsupported = "float32 MLP front: the GPU kernel is written for 16-bit tensor-core inputs; float32 takes the reference"
     return runtime.dispatch(FRONT_OP, device=x.device, dtype=x.dtype, unsupported=unsupported,
                             kernel=lambda: swiglu_mlp_front_fwd(x, w_gate, w_up),
