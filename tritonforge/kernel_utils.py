@@ -78,3 +78,58 @@ def as_rows(t: torch.Tensor, N: int) -> torch.Tensor:
         return t
     # a view unless the leading dims cannot share one row stride
     return t.reshape(-1, N)
+
+
+# ----------------------------------------------------------------------------------------------
+# Cooperative rows: a row too long for one program's registers, held by several programs
+# ----------------------------------------------------------------------------------------------
+
+COOP_CHUNK = 8192
+"""Elements of a row each program of a cooperative row holds in registers (float64: half).
+Measured on the H200 (benchmarks/experiments/long-rows-nvidia-h200-2026-11-30.json): 8192 with
+8 warps was the best or within 2% of it for softmax, its backward and RMSNorm, bf16 and float32,
+rows of 32K-128K; 1024 (too many partials) and 16384-32768 (too few programs) were slower."""
+
+COOP_WARPS = 8
+
+COOP_MAX_SPLITS = 128
+"""Most programs one row is cut into (rows up to 1M elements; longer rows take the two-pass loop)."""
+
+
+@triton.jit
+def row_barrier(
+    count_ptr,  # *int32: the row's arrival counter, zero before the launch
+    SPLITS,  # programs of the row
+):
+    """Arrive at the row's counter, then wait until all ``SPLITS`` programs of the row have.
+
+    The release of the arrival makes this program's earlier stores (its partial statistic) visible
+    to whoever acquires the counter after it; the acquire of the spin makes every sibling's visible
+    here (read them with ``volatile=True``: past L1). It relies on the programs of a row being
+    resident together: they are consecutive program ids, the GPU dispatches in order, and a row is
+    far fewer programs than the GPU holds at once (the forward-progress assumption of decoupled
+    look-back scans). Never on the interpreter: it runs programs one after another, and the first
+    would wait forever."""
+    tl.atomic_add(count_ptr, 1, sem="release")
+    while tl.atomic_add(count_ptr, 0, sem="acquire") < SPLITS:
+        pass
+
+
+def coop_splits(M: int, N: int, dtype: torch.dtype, sms: int, *, cooperative: bool) -> int:
+    """How many programs hold each row on the cooperative path, or 0 where it does not apply:
+    on the interpreter (``cooperative=False``), for rows longer than ``COOP_MAX_SPLITS`` chunks,
+    or where ``M`` rows would make fewer programs than the GPU has SMs (a few long rows: the
+    split path's two kernels spread them better)."""
+    if not cooperative:
+        return 0
+    splits = triton.cdiv(N, coop_chunk(dtype))
+    return splits if splits <= COOP_MAX_SPLITS and M * splits >= sms else 0
+
+
+def coop_chunk(dtype: torch.dtype) -> int:
+    return COOP_CHUNK // 2 if dtype == torch.float64 else COOP_CHUNK
+
+
+def coop_counters(M: int, device: torch.device) -> torch.Tensor:
+    """The rows' arrival counters for :func:`row_barrier`: zeroed for every launch (a memset)."""
+    return torch.zeros(M, dtype=torch.int32, device=device)

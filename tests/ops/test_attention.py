@@ -151,13 +151,18 @@ def test_plan():
     assert plan((1, 32, 17, 128), (1, 8, 4096, 128), torch.bfloat16, cpu).strategy == "prefill"  # 17 queries
     assert plan((1, 64, 16, 128), (1, 1, 4096, 128), torch.bfloat16, cpu).strategy == "prefill"  # 1024 rows per KV head
     h200 = attention_module._plan_cached(4, 32, 4096, 128, 8, 4096, 2, 232448, 132)
-    assert (h200.block_m, h200.block_n) == (128, 64)
+    assert (h200.block_m, h200.block_n) == attention_module.PREFILL_TILES[0][:2]
     t4 = attention_module._plan_cached(4, 32, 4096, 128, 8, 4096, 2, 65536, 40)
     assert attention_module._tile_bytes(t4.block_m, t4.block_n, 128, t4.num_stages, 2) <= 65536
     decode = attention_module._plan_cached(1, 32, 1, 128, 8, 32768, 2, 232448, 132)
-    assert decode.splits * 8 >= 132 and decode.splits <= attention_module.MAX_SPLITS  # fills the GPU
+    assert decode.splits * 8 <= 132 < decode.splits * 8 / 0.95 and decode.splits <= attention_module.MAX_SPLITS  # one full wave
     assert (decode.splits - 1) * decode.chunk < 32768 <= decode.splits * decode.chunk  # no empty split
-    assert attention_module._plan_cached(1, 32, 1, 128, 8, 32768, 2, 232448, 132).splits == decode.splits
+    assert attention_module._plan_cached(32, 32, 1, 128, 8, 32768, 2, 232448, 132).splits == 1  # 256 heads: one split
+    for heads in range(1, 140):  # whole waves: the busiest SM sets a memory-bound kernel's time
+        splits, chunk = attention_module._decode_splits(heads, 512, 132)
+        assert (splits - 1) * chunk < 512 <= splits * chunk and splits <= attention_module.MAX_SPLITS
+        programs = splits * heads
+        assert splits == 1 if heads >= 132 else programs / (132 * -(-programs // 132)) >= 0.9, heads
 
 
 @pytest.mark.parametrize("shape", [(0, 2, 5, 16), (2, 2, 0, 16)], ids=str)

@@ -469,6 +469,28 @@ def test_gpu_backward_large(shape, dtype):
     _check_backward(x, weight)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape,dtype",
+    [((300, 40001), torch.bfloat16), ((150, 131075), torch.float32), ((64, 65536), torch.float16),
+     ((40, 20000), torch.float64)],
+    ids=str,
+)  # fmt: skip
+def test_gpu_cooperative_rows(shape, dtype):
+    """Rows longer than a block, held by several programs that meet at a per-row barrier (a row
+    count of chunks that is not a power of two included): y, the saved rstd and the gradients
+    that use it, and a row strided inside a wider tensor."""
+    _skip_unsupported(dtype, "cuda")
+    x, weight = _inputs(shape, dtype, "cuda")
+    assert rms_norm_module.fwd_coop_splits(*x.shape, dtype, x.device) > 1
+    _check_forward(x, weight)
+    y, rstd = rms_norm_fwd(x, weight, 1e-6)
+    expected = torch.rsqrt(x.double().pow(2).mean(-1) + 1e-6)
+    assert torch.allclose(rstd.double(), expected, rtol=8 * torch.finfo(rstd.dtype).eps, atol=0), "rstd"
+    _check_forward(torch.randn(shape[0], shape[1] + 77, dtype=dtype, device="cuda")[:, : shape[1]], weight)
+    _check_backward(x[:48], weight)
+
+
 SIMULATED_DEVICES = {  # name: (compute capability, shared memory per block, opt-in, bytes)
     "T4": ((7, 5), 64 * 1024),
     "A10/L4": ((8, 6), 99 * 1024),

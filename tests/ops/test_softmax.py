@@ -1,4 +1,4 @@
-"""Softmax: the three strategies (one pass, online, split) against float64, forward and backward.
+"""Softmax: the strategies (one pass, cooperative on a GPU, online, split) against float64, forward and backward.
 
 Outputs and the split kernels' state buffers are poisoned with NaN before the kernels run. On the
 CPU the strategies are reached at small sizes by lowering the row-fit limit and the loop block
@@ -183,5 +183,36 @@ def test_gpu_large(shape, dtype):
 def test_gpu_each_strategy_is_reached():
     device = torch.device("cuda")
     assert plan(4096, 4096, torch.bfloat16, device).strategy == "one-pass"
-    assert plan(4096, 131072, torch.bfloat16, device).strategy == "online"
+    assert plan(4096, 131072, torch.bfloat16, device).strategy == "cooperative"
+    assert plan(64, 131072, torch.float32, device).strategy == "cooperative"
     assert plan(1, 131072, torch.bfloat16, device).strategy == "split"
+    assert plan(4096, 2_000_000, torch.float32, device).strategy == "online"  # over COOP_MAX_SPLITS chunks
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,dtype", [((300, 40001), torch.bfloat16), ((150, 1000003), torch.float32),
+                                         ((64, 131072), torch.float16), ((40, 20000), torch.float64)], ids=str)  # fmt: skip
+def test_gpu_cooperative_rows(shape, dtype):
+    """Rows held by several programs that meet at a per-row barrier (chunk counts that are not a
+    power of two included): y and dx within budget, a row strided inside a wider tensor, and
+    the rows PyTorch gives NaN or zeros for: all -inf, a whole chunk of -inf, a NaN."""
+    x = torch.randn(shape, dtype=dtype, device="cuda") * 3
+    assert plan(*shape, dtype, x.device).strategy == "cooperative"
+    _check(x)
+    _check(torch.randn(shape[0], shape[1] + 77, dtype=dtype, device="cuda")[:, : shape[1]])
+    x[0] = -float("inf")
+    x[1, : shape[1] // 2] = -float("inf")  # every chunk of the first half empty
+    x[2, 5] = float("nan")
+    y = softmax(x)
+    expected = torch.softmax(x.double(), -1)
+    assert torch.equal(torch.isnan(y), torch.isnan(expected)), "NaN exactly where torch.softmax has NaN"
+    ok = ~torch.isnan(expected)
+    assert torch.allclose(y.double()[ok], expected[ok], rtol=0, atol=4 * torch.finfo(dtype).eps)
+
+
+@pytest.mark.gpu
+def test_gpu_gradcheck_fp64_cooperative():
+    x = torch.randn(40, 20000, dtype=torch.float64, device="cuda", requires_grad=True)
+    assert plan(40, 20000, x.dtype, x.device).strategy == "cooperative"
+    with tfg.strict():
+        assert torch.autograd.gradcheck(softmax, (x,), fast_mode=True)

@@ -456,14 +456,8 @@ def _plan_cached(B, Hq, Nq, D, Hkv, Nk, element_size, shared, sms) -> Optional[P
                 block_n //= 2
             if _tile_bytes(block_m, block_n, head_d, stages, element_size) > shared:
                 return None
-        blocks = triton.cdiv(max(Nk, 1), block_n)
-        # Enough programs to fill the GPU once: splits * B * Hkv >= SMs. More splits only add
-        # partial outputs to write and merge (H200: B = 32, 8 KV heads, 256 programs: one split
-        # 123 us, two 140 us at Nk = 4096; attention-tiles-nvidia-h200-2026-11-30.json).
-        splits = min(MAX_SPLITS, blocks, max(1, triton.cdiv(sms, B * Hkv)))
-        chunk = triton.cdiv(blocks, splits) * block_n
-        splits = triton.cdiv(max(Nk, 1), chunk)  # no empty trailing split
-        return Plan("decode", block_m, block_n, warps, stages, splits, chunk)
+        splits, chunk = _decode_splits(B * Hkv, triton.cdiv(max(Nk, 1), block_n), sms)
+        return Plan("decode", block_m, block_n, warps, stages, splits, chunk * block_n)
     if shared is None:
         return Plan("prefill", INTERPRETER_BLOCK, INTERPRETER_BLOCK, 4, 1)
     for block_m, block_n, warps, stages in PREFILL_TILES:
@@ -472,6 +466,29 @@ def _plan_cached(B, Hq, Nq, D, Hkv, Nk, element_size, shared, sms) -> Optional[P
         if _tile_bytes(block_m, block_n, head_d, stages, element_size) <= shared:
             return Plan("prefill", block_m, block_n, warps, stages)
     return None
+
+
+def _decode_splits(heads: int, blocks: int, sms: int) -> tuple[int, int]:
+    """``(splits, chunk)`` of the decode path for ``heads = B · Hkv`` programs per split over
+    ``blocks`` key blocks, ``chunk`` in blocks. Memory-bound programs of equal work: the time is
+    set by the busiest SM, so the programs should make whole waves over the SMs. With at least
+    one program per SM already, one split (more only add partials to write and merge: H200,
+    B = 32 and 8 KV heads, 256 programs: one split 123 us, two 140 us at Nk = 4096). Otherwise
+    the fewest splits whose programs fill their waves to 95% (8 heads: 16 splits, 128 programs;
+    17 splits made 136 programs, 4 SMs with two: 43 us where 16 took 38 at Nk = 32768;
+    attention-tiles-nvidia-h200-2026-11-30.json)."""
+    if heads >= sms:
+        return 1, blocks
+    best = (0.0, 1, blocks)
+    for wanted in range(1, min(MAX_SPLITS, blocks) + 1):
+        chunk = triton.cdiv(blocks, wanted)
+        splits = triton.cdiv(blocks, chunk)  # no empty trailing split
+        programs = splits * heads
+        fill = programs / (sms * triton.cdiv(programs, sms))
+        if fill >= 0.95:
+            return splits, chunk
+        best = max(best, (fill, splits, chunk))
+    return best[1], best[2]
 
 
 _LAST_PLAN: dict = {}

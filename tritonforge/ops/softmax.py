@@ -23,11 +23,17 @@ Backward. :math:`\partial y_i / \partial x_j = y_i(\delta_{ij} - y_j)`, so
 
 which needs only ``y`` (saved by the forward), never ``x``: read ``dy`` and ``y``, write ``dx``.
 
-Three forward strategies, chosen per call by :func:`fwd_config`:
+Four forward strategies, chosen per call by :func:`plan`:
 
 - **one pass** (``N <= ROW_FIT_LIMIT``): one program per row holds the row in registers: read
   once, write once (the least traffic, 2 tensors' worth);
-- **online** (longer rows, enough of them to fill the GPU): one program per row, pass 1 the
+- **cooperative** (longer rows on a GPU, enough of them to give every SM a program): each row is
+  held by ``cdiv(N, COOP_CHUNK)`` programs, each its chunk in registers; they publish their
+  chunks' states, meet at a per-row barrier (:func:`~tritonforge.kernel_utils.row_barrier`), merge
+  all states in one fixed order and write their chunks: read once, written once, like one pass.
+  On the H200 it took rows of 128K from 0.62 to 0.89 of a copy in float32 (0.69 in bf16);
+- **online** (longer rows where the cooperative path does not run: the interpreter, rows over
+  1M): one program per row, pass 1 the
   online state block by block (lane-wise: each lane keeps its own running max and sum, combined
   once at the end, so the loop has no cross-lane reduction), pass 2 the output: 2 reads + 1 write
   instead of the safe softmax's 3 + 1;
@@ -35,7 +41,7 @@ Three forward strategies, chosen per call by :func:`fwd_config`:
   decode): each row is cut into ``SPLITS`` chunks, one program each; a first kernel writes every
   chunk's state, a second merges the row's states and writes its chunk of ``y``.
 
-The backward follows the same three shapes with the dot product ``<dy, y>`` in place of the state.
+The backward follows the same four shapes with the dot product ``<dy, y>`` in place of the state.
 
 Dtypes: arithmetic in float32 for 16-bit and float32 inputs, float64 for float64 (gradcheck
 through the kernels); the output in x's dtype. Fully masked rows (all ``-inf``) give NaN, as
@@ -56,7 +62,17 @@ import torch
 
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import acc_dtype, as_rows, cast_for_store, round_bf16_by_hand
+from tritonforge.kernel_utils import (
+    COOP_WARPS,
+    acc_dtype,
+    as_rows,
+    cast_for_store,
+    coop_chunk,
+    coop_counters,
+    coop_splits,
+    round_bf16_by_hand,
+    row_barrier,
+)
 from tritonforge.reference import softmax_bwd_ref, softmax_ref
 
 SOFTMAX_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -255,6 +271,63 @@ def _softmax_bwd_split_write_kernel(dy_ptr, y_ptr, dx_ptr, dot_ptr, dy_row_strid
               ACC_DTYPE, ROUND_BF16)  # fmt: skip
 
 
+@triton.jit
+def _softmax_coop_kernel(
+    x_ptr,  # *x [M, N]: row stride x_row_stride, unit column stride
+    y_ptr,  # *y [M, N], contiguous
+    part_m_ptr,  # *[M, SPLITS] ACC_DTYPE: each chunk's max
+    part_s_ptr,  # *[M, SPLITS] ACC_DTYPE: each chunk's sum of exp(x - max)
+    count_ptr,  # *[M] int32, zeroed: each row's arrivals (row_barrier)
+    x_row_stride,
+    N,
+    SPLITS,  # programs per row: cdiv(N, CHUNK)
+    CHUNK: tl.constexpr,  # elements each program holds in registers
+    SPLITS_P2: tl.constexpr,  # next power of two of SPLITS (the merge's vector)
+    ACC_DTYPE: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
+):
+    """Program (row, chunk) of a cooperative row: the chunk's state, the row's barrier, the merge of
+    every chunk's state (the same order in every program), then this chunk of y from registers:
+    x is read once."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(ACC_DTYPE)
+    m = tl.max(x, axis=0)
+    s = tl.sum(tl.exp(x - tl.where(m == -float("inf"), 0.0, m)), axis=0)  # an all -inf chunk: (-inf, 0)
+    tl.store(part_m_ptr + row * SPLITS + split, m)
+    tl.store(part_s_ptr + row * SPLITS + split, s)
+    row_barrier(count_ptr + row, SPLITS)
+    parts = tl.arange(0, SPLITS_P2)
+    ms = tl.load(part_m_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"), volatile=True)
+    ss = tl.load(part_s_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True)
+    m_row = tl.max(ms, axis=0)
+    s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)  # the merge rule
+    y = tl.exp(x - m_row) * (1.0 / s_row)
+    tl.store(y_ptr + row * N + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, dy_row_stride, N, SPLITS, CHUNK: tl.constexpr,
+                             SPLITS_P2: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
+    """Program (row, chunk) of a cooperative row: this chunk's part of ``<dy, y>``, the barrier, the
+    row's sum, then ``dx = y * (dy - dot)`` from registers: dy and y read once."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(ACC_DTYPE)
+    y = tl.load(y_ptr + row * N + cols, mask=mask, other=0.0).to(ACC_DTYPE)
+    tl.store(part_ptr + row * SPLITS + split, tl.sum(dy * y, axis=0))
+    row_barrier(count_ptr + row, SPLITS)
+    parts = tl.arange(0, SPLITS_P2)
+    dot = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
+    tl.store(dx_ptr + row * N + cols, cast_for_store(y * (dy - dot), dx_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
 # ----------------------------------------------------------------------------------------------
 # Heuristics: which strategy, block sizes, splits
 # ----------------------------------------------------------------------------------------------
@@ -273,7 +346,7 @@ INTERPRETER_SMS = 4
 
 
 class Plan(NamedTuple):
-    """How one call runs: ``strategy`` is "one-pass", "online" or "split"."""
+    """How one call runs: ``strategy`` is "one-pass", "cooperative", "online" or "split"."""
 
     strategy: str
     block_n: int
@@ -289,19 +362,26 @@ def _warps(block_n: int) -> int:
 def plan(M: int, N: int, dtype: torch.dtype, device: torch.device) -> Plan:
     """The strategy for ``M`` rows of ``N`` (forward and backward alike).
 
-    Rows that fit (:data:`ROW_FIT_LIMIT`) take one pass. Longer rows take the online loop when
-    there are at least two rows per SM; fewer rows are split into chunks so that about four
-    programs per SM work (a power of two of chunks, each a whole number of loop blocks)."""
-    return _plan_cached(M, N, dtype, _sm_count(device), ROW_FIT_LIMIT, LOOP_BLOCK_N, MAX_SPLITS)
+    Rows that fit (:data:`ROW_FIT_LIMIT`) take one pass. Longer rows on a GPU are cooperative
+    when their chunks make at least one program per SM (``kernel_utils.coop_splits``). Otherwise
+    they take the online loop when there are at least two rows per SM; fewer rows are split into
+    chunks so that about four programs per SM work (a power of two of chunks, each a whole number
+    of loop blocks)."""
+    cooperative = device.type == "cuda" and not runtime.interpreting()
+    return _plan_cached(M, N, dtype, _sm_count(device), ROW_FIT_LIMIT, LOOP_BLOCK_N, MAX_SPLITS, cooperative)
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_block: int, max_splits: int) -> Plan:
+def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_block: int, max_splits: int,
+                 cooperative: bool = False) -> Plan:  # fmt: skip
     if dtype == torch.float64:
         fit, loop_block = fit // 2, loop_block // 2
     width = triton.next_power_of_2(max(N, 1))
     if width <= fit:
         return Plan("one-pass", width, _warps(width))
+    coop = coop_splits(M, N, dtype, sms, cooperative=cooperative)
+    if coop:
+        return Plan("cooperative", coop_chunk(dtype), COOP_WARPS, coop, coop_chunk(dtype))
     if M >= 2 * sms:
         return Plan("online", loop_block, _warps(loop_block))
     blocks = triton.cdiv(N, loop_block)
@@ -335,6 +415,13 @@ def softmax_fwd(x: torch.Tensor) -> torch.Tensor:
     p = plan(M, N, x.dtype, x.device)
     flags = dict(ACC_DTYPE=acc_dtype(x.dtype))
     rounding = round_bf16_by_hand(x.dtype)
+    if p.strategy == "cooperative":
+        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+        m, s = _empty(M, p.splits, dtype=acc, device=x.device), _empty(M, p.splits, dtype=acc, device=x.device)
+        _softmax_coop_kernel[(M * p.splits,)](x_rows, y, m, s, coop_counters(M, x.device), x_rows.stride(0), N, p.splits, CHUNK=p.chunk,
+                                              SPLITS_P2=triton.next_power_of_2(p.splits), ROUND_BF16=rounding,
+                                              num_warps=p.num_warps, **flags)  # fmt: skip
+        return y
     if p.strategy != "split":
         _softmax_fwd_kernel[(M,)](x_rows, y, x_rows.stride(0), N, BLOCK_N=p.block_n, ROW_FITS=p.strategy == "one-pass",
                                   ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
@@ -360,6 +447,12 @@ def softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     p = plan(M, N, y.dtype, y.device)
     flags = dict(ACC_DTYPE=acc_dtype(y.dtype))
     rounding = round_bf16_by_hand(y.dtype)
+    if p.strategy == "cooperative":
+        dots = _empty(M, p.splits, dtype=torch.float64 if y.dtype == torch.float64 else torch.float32, device=y.device)
+        _softmax_bwd_coop_kernel[(M * p.splits,)](dy_rows, y_rows, dx, dots, coop_counters(M, y.device), dy_rows.stride(0), N,
+                                                  p.splits, CHUNK=p.chunk, SPLITS_P2=triton.next_power_of_2(p.splits),
+                                                  ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
+        return dx
     if p.strategy != "split":
         _softmax_bwd_kernel[(M,)](dy_rows, y_rows, dx, dy_rows.stride(0), N, BLOCK_N=p.block_n, ROW_FITS=p.strategy == "one-pass",
                                   ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
