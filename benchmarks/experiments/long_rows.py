@@ -17,7 +17,11 @@ The counters are zeroed per call (one memset, included in the time).
 The chunk and warps (CONFIGS) are swept; each row checked against float64 first, and a
 wrong one reported, not timed.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/long_rows.py OUT.json
+Mode ``one-pass`` (a second argument) asks the next question: rows up to 32K with the whole row
+in one program (the package's one-row kernels, launched with each num_warps), and the package's
+cooperative path beside this script's, at fewer shapes.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/long_rows.py OUT.json [chunks|one-pass]
 Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/long_rows.py OUT.json (one chunk per
 row: the interpreter runs programs one after another, so a row of several chunks would spin forever)
 """
@@ -188,6 +192,46 @@ CASES = toy(
 )  # fmt: skip
 CONFIGS = toy(((1024, 4), (4096, 8), (8192, 4), (8192, 8), (16384, 8), (16384, 16), (32768, 16)), ((128, 1),))
 """(chunk, num_warps) of the cooperative kernel: 8-64 elements a thread."""
+ONE_PASS_WARPS = ()
+"""num_warps of the package's one-row kernels with the whole row in registers (mode one-pass)."""
+
+MODE = sys.argv[2] if len(sys.argv) > 2 else "chunks"
+if MODE == "one-pass":  # the second question: rows up to 32K in one program, by warps; the package's cooperative
+    # path (runtime SPLITS) beside this script's (constexpr SPLITS)
+    CASES = toy(
+        [(op, m, n, dtype) for dtype in (torch.bfloat16, torch.float32)
+         for op, m, n in (("softmax", 16384, 32768), ("softmax", 16384, 16384), ("rmsnorm", 4096, 32768), ("rmsnorm", 8192, 16384),
+                          ("softmax", 4096, 131072), ("softmax-bwd", 4096, 131072), ("rmsnorm", 4096, 65536))],
+        [("softmax", 3, 96, torch.float32), ("rmsnorm", 2, 128, torch.bfloat16)],
+    )  # fmt: skip
+    CONFIGS = toy(((8192, 8),), ((128, 1),))
+    ONE_PASS_WARPS = toy((4, 8, 16, 32), (1,))
+elif MODE != "chunks":
+    sys.exit(f"mode {MODE!r}: chunks (default) or one-pass")
+
+
+def one_pass_call(op: str, tensors: dict, warps: int):
+    """The package's one-row kernel with the whole row as one block, ``warps`` warps."""
+    from tritonforge.kernel_utils import split_float
+    from tritonforge.ops import rmsnorm, softmax
+
+    x = tensors["x"]
+    m, n = x.shape
+    block = triton.next_power_of_2(n)
+    out = torch.empty_like(x)
+    acc, bf16 = acc_dtype(x.dtype), round_bf16_by_hand(x.dtype)
+    eps_hi, eps_lo = split_float(1e-6)
+
+    def call():
+        if op == "softmax":
+            softmax._softmax_fwd_kernel[(m,)](x, out, x.stride(0), n, BLOCK_N=block, ROW_FITS=True, ACC_DTYPE=acc, ROUND_BF16=bf16,
+                                              num_warps=warps)  # fmt: skip
+        else:
+            rmsnorm._rms_norm_fwd_kernel[(m,)](x, tensors["w"], out, out, x.stride(0), out.stride(0), n, eps_hi, eps_lo, BLOCK_N=block,
+                                               ROW_FITS=True, ACC_DTYPE=acc, ROUND_BF16=bf16, STORE_RSTD=False, num_warps=warps)  # fmt: skip
+        return out
+
+    return call
 
 
 def write(rows: list) -> None:
@@ -203,6 +247,8 @@ for op, m, n, dtype in CASES:
     tensors, ref, nbytes = make(op, m, n, dtype)
     rows.append(row(op, m, n, dtype, "tritonforge", package_call(op, tensors), ref, nbytes, copy["gbps"]))
     rows.append(row(op, m, n, dtype, "torch", torch_call(op, tensors), ref, nbytes, copy["gbps"]))
+    for warps in ONE_PASS_WARPS if op != "softmax-bwd" and n <= toy(32768, 128) else ():
+        rows.append(row(op, m, n, dtype, "one-pass", one_pass_call(op, tensors, warps), ref, nbytes, copy["gbps"], warps=warps))
     for chunk, warps in CONFIGS:
         splits = triton.cdiv(n, chunk)
         if splits > 128 or (m * splits < 132 and chunk > 1024):

@@ -280,7 +280,7 @@ def _softmax_coop_kernel(
     count_ptr,  # *[M] int32, zeroed: each row's arrivals (row_barrier)
     x_row_stride,
     N,
-    SPLITS,  # programs per row: cdiv(N, CHUNK)
+    SPLITS: tl.constexpr,  # programs per row: cdiv(N, CHUNK), constexpr as in the measured experiment
     CHUNK: tl.constexpr,  # elements each program holds in registers
     SPLITS_P2: tl.constexpr,  # next power of two of SPLITS (the merge's vector)
     ACC_DTYPE: tl.constexpr,
@@ -310,7 +310,7 @@ def _softmax_coop_kernel(
 
 
 @triton.jit
-def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, dy_row_stride, N, SPLITS, CHUNK: tl.constexpr,
+def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, dy_row_stride, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr,
                              SPLITS_P2: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
     """Program (row, chunk) of a cooperative row: this chunk's part of ``<dy, y>``, the barrier, the
     row's sum, then ``dx = y * (dy - dot)`` from registers: dy and y read once."""
@@ -418,7 +418,7 @@ def softmax_fwd(x: torch.Tensor) -> torch.Tensor:
     if p.strategy == "cooperative":
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         m, s = _empty(M, p.splits, dtype=acc, device=x.device), _empty(M, p.splits, dtype=acc, device=x.device)
-        _softmax_coop_kernel[(M * p.splits,)](x_rows, y, m, s, coop_counters(M, x.device), x_rows.stride(0), N, p.splits, CHUNK=p.chunk,
+        _softmax_coop_kernel[(M * p.splits,)](x_rows, y, m, s, coop_counters(M, x.device), x_rows.stride(0), N, SPLITS=p.splits, CHUNK=p.chunk,
                                               SPLITS_P2=triton.next_power_of_2(p.splits), ROUND_BF16=rounding,
                                               num_warps=p.num_warps, **flags)  # fmt: skip
         return y
@@ -450,7 +450,7 @@ def softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if p.strategy == "cooperative":
         dots = _empty(M, p.splits, dtype=torch.float64 if y.dtype == torch.float64 else torch.float32, device=y.device)
         _softmax_bwd_coop_kernel[(M * p.splits,)](dy_rows, y_rows, dx, dots, coop_counters(M, y.device), dy_rows.stride(0), N,
-                                                  p.splits, CHUNK=p.chunk, SPLITS_P2=triton.next_power_of_2(p.splits),
+                                                  SPLITS=p.splits, CHUNK=p.chunk, SPLITS_P2=triton.next_power_of_2(p.splits),
                                                   ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
         return dx
     if p.strategy != "split":
