@@ -442,7 +442,8 @@ def test_bad_inputs(device):
     [((4096, 8192), torch.bfloat16), ((32768, 4096), torch.float16), ((4096, 8192), torch.float32),
      ((1823, 781), torch.bfloat16), ((5, 123, 123), torch.float16), ((64, 65536), torch.bfloat16),
      ((16, 131072), torch.float32), ((3001, 4096), torch.float32), ((2048, 4096), torch.bfloat16),
-     ((2048, 3000), torch.bfloat16)],
+     ((2048, 3000), torch.bfloat16), ((1000, 32768), torch.bfloat16), ((300, 30000), torch.float32),
+     ((100, 16385), torch.float64)],
     ids=str,
 )  # fmt: skip
 def test_gpu_forward_large(shape, dtype):

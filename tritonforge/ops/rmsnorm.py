@@ -205,7 +205,7 @@ def _rms_norm_fwd_coop_kernel(
     x_ptr, weight_ptr, y_ptr, rstd_ptr, x_row_stride, y_row_stride, N, eps_hi, eps_lo,  # as the one-row kernel
     part_ptr,  # *[M, SPLITS] ACC_DTYPE: each chunk's sum of squares
     count_ptr,  # *[M] int32, zeroed: each row's arrivals (kernel_utils.row_barrier)
-    SPLITS: tl.constexpr,  # programs per row: cdiv(N, CHUNK), constexpr as in the measured experiment
+    SPLITS: tl.constexpr,  # programs per row: cdiv(N, CHUNK); constexpr (softmax, fp32 4096 x 131072: 1118 us, a runtime SPLITS 1244)
     CHUNK: tl.constexpr,  # elements each program holds in registers
     SPLITS_P2: tl.constexpr,  # next power of two of SPLITS
     ACC_DTYPE: tl.constexpr,
@@ -407,6 +407,13 @@ def fwd_config(M: int, N: int, dtype: torch.dtype) -> tuple[int, int, bool]:
     passes measured faster on the H200 (16-bit: blocks of 2048, 8 warps; float32: the whole row,
     16 warps, re-read from L2). Few rows (decode) keep one pass."""
     block_n, num_warps = row_config(N, dtype)
+    if N > block_n and not runtime.interpreting():
+        # On a GPU the forward keeps rows up to twice the cap in one program (16 warps, 64 elements
+        # a thread): H200, 4096 x 32768, 0.93 (bf16) / 0.94 (fp32) of a copy, where the cooperative
+        # path made 0.78 / 0.89 (benchmarks/experiments/long-rows-one-pass-nvidia-h200-2026-11-30.json).
+        wide, wide_warps = _row_config_cached(N, dtype, False, 2 * MAX_BLOCK_N)
+        if wide >= N:
+            return wide, wide_warps, True
     if M >= MANY_ROWS and N == 4096 and block_n == 4096:
         if dtype.itemsize == 2:
             return 2048, 8, False
@@ -419,9 +426,10 @@ def fwd_coop_splits(M: int, N: int, dtype: torch.dtype, device: torch.device) ->
     """Programs per row of the forward's cooperative path (``kernel_utils.coop_splits``), 0 where
     it does not run: rows that fit one program's block take one pass (or the measured two-pass
     exceptions of :func:`fwd_config`); longer rows on a GPU are held by several programs, read
-    once (H200, rows of 32K-128K: 0.86-0.89 of a copy in float32 and 0.75-0.78 in bf16, where
-    the two-pass loop that re-reads x made 0.63-0.79 and 0.60-0.72)."""
-    if N <= row_config(N, dtype)[0]:
+    once (H200, rows of 64K-128K: 0.86-0.89 of a copy in float32 and 0.75-0.76 in bf16, where
+    the two-pass loop that re-reads x made 0.63-0.65 and 0.60-0.72)."""
+    block_n, _, one_pass = fwd_config(M, N, dtype)
+    if one_pass or N <= block_n:
         return 0
     cooperative = device.type == "cuda" and not runtime.interpreting()
     sms = runtime.sm_count(device.index if device.index is not None else torch.cuda.current_device()) if cooperative else 0

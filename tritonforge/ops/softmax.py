@@ -280,7 +280,7 @@ def _softmax_coop_kernel(
     count_ptr,  # *[M] int32, zeroed: each row's arrivals (row_barrier)
     x_row_stride,
     N,
-    SPLITS: tl.constexpr,  # programs per row: cdiv(N, CHUNK), constexpr as in the measured experiment
+    SPLITS: tl.constexpr,  # programs per row: cdiv(N, CHUNK); constexpr (fp32 4096 x 131072: 1118 us, a runtime SPLITS 1244)
     CHUNK: tl.constexpr,  # elements each program holds in registers
     SPLITS_P2: tl.constexpr,  # next power of two of SPLITS (the merge's vector)
     ACC_DTYPE: tl.constexpr,
