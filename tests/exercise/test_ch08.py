@@ -283,7 +283,7 @@ def test_the_solution_really_routes():
     """Outside the check: the solution's op serves a call on the kernel path, falls back (warned,
     recorded) when its kernel fails to compile, and raises under strict routing."""
     solution = notebooks.solution("ex08a_register_an_op", "register_scaled_residual_add")
-    x, residual = torch.randn(4, 50), torch.randn(4, 50)
+    x, residual = (torch.randn(4, 50, device=exercise.kernel_device()) for _ in range(2))
     name = exercise.fresh_op_name()
     op = solution(name, ch08.launch_scaled_residual_add)
     torch.testing.assert_close(op(x, residual, 0.5), residual + 0.5 * x)

@@ -112,7 +112,7 @@ def _log_softmax_run(fn, x: Guarded) -> dict:
 
 
 def _log_softmax_expected(x: Guarded) -> torch.Tensor:
-    return log_softmax_ref(x.view)
+    return log_softmax_ref(x.view).cpu()  # on the host, like every tensor the verdict builds beside it
 
 
 LOG_SOFTMAX_HINT = (
@@ -382,7 +382,7 @@ def _merge_run(fn, inp: dict) -> dict:
 
 def _merge_expected(inp: dict) -> dict:
     m, s, o = merge_states_ref(*(inp[k].view for k in ("m1", "s1", "o1", "m2", "s2", "o2")))
-    return {"m": m, "s": s, "o": o}
+    return {"m": m.cpu(), "s": s.cpu(), "o": o.cpu()}  # on the host, like every tensor the verdict builds beside it
 
 
 MERGE_EMPTY_HINT = (
