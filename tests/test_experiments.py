@@ -51,7 +51,8 @@ RETIRED = {  # script -> the recorded output it leaves behind
     "copy_same_size_probe.py": "copy-same-size-probe-nvidia-h200-2026-11-29.txt",
     "launch_layers.py": "launch-layers-nvidia-h200-2026-11-30.json",
 }
-DELIBERATE_KERNELS = {"_rms_norm_fwd_kernel", "_rms_norm_bwd_kernel", "_softmax_fwd_kernel"}
+DELIBERATE_KERNELS = {"_rms_norm_fwd_kernel", "_rms_norm_bwd_kernel", "_softmax_fwd_kernel", "_softmax_coop_kernel", "_softmax_bwd_coop_kernel",
+                      "_rms_norm_fwd_coop_kernel"}
 """Private names a script may use: a kernel it launches itself with its own choices."""
 
 TIMEOUT_S = 180

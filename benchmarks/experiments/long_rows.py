@@ -1,6 +1,9 @@
 """Rows too long for one program's registers, read once: a row cut into chunks held by SPLITS
-programs that meet at a per-row barrier, beside the package's softmax and RMSNorm forward (and
-softmax backward) and torch's, as fractions of the copy bandwidth.
+programs that meet at a per-row barrier (the package's cooperative kernels, launched here with
+each chunk and warps), beside the package's softmax and RMSNorm forward (and softmax backward)
+as the plans choose, and torch's, as fractions of the copy bandwidth. The recorded chunks-mode
+file came from this script's own copies of those kernels (commit fa563f5, SPLITS a constexpr),
+before the package had them; the package's are the same kernels.
 
 Why: the package's long-row paths read x twice (pass 1 the statistics, pass 2 the output, hoping
 the re-read hits L2). With hundreds of programs in flight, hundreds of 128-512 KB rows overflow
@@ -34,101 +37,37 @@ import torch
 import smoke  # first: imports tritonforge before triton
 import tritonforge as tfg
 from smoke import DEVICE, toy
-from tritonforge.kernel_utils import acc_dtype, cast_for_store, round_bf16_by_hand
+from tritonforge.kernel_utils import acc_dtype, round_bf16_by_hand
 
 import triton
-import triton.language as tl
-
-
-@triton.jit
-def _row_barrier(count_ptr, SPLITS: tl.constexpr):
-    """Arrive at the row's counter, then wait for all SPLITS programs of the row."""
-    tl.atomic_add(count_ptr, 1, sem="release")
-    while tl.atomic_add(count_ptr, 0, sem="acquire") < SPLITS:
-        pass
-
-
-@triton.jit
-def _coop_softmax_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, x_row_stride, N, CHUNK: tl.constexpr,
-                         SPLITS: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
-    pid = tl.program_id(0)
-    row = (pid // SPLITS).to(tl.int64)
-    split = pid % SPLITS
-    cols = split * CHUNK + tl.arange(0, CHUNK)
-    mask = cols < N
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(ACC_DTYPE)
-    m = tl.max(x, axis=0)
-    s = tl.sum(tl.exp(x - tl.where(m == -float("inf"), 0.0, m)), axis=0)
-    tl.store(part_m_ptr + row * SPLITS + split, m)
-    tl.store(part_s_ptr + row * SPLITS + split, s)
-    _row_barrier(count_ptr + row, SPLITS)
-    parts = tl.arange(0, SPLITS)
-    ms = tl.load(part_m_ptr + row * SPLITS + parts, volatile=True)
-    ss = tl.load(part_s_ptr + row * SPLITS + parts, volatile=True)
-    m_row = tl.max(ms, axis=0)
-    s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)
-    y = tl.exp(x - m_row) * (1.0 / s_row)
-    tl.store(y_ptr + row * N + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
-
-
-@triton.jit
-def _coop_softmax_bwd_kernel(dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, N, CHUNK: tl.constexpr, SPLITS: tl.constexpr,
-                             ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
-    pid = tl.program_id(0)
-    row = (pid // SPLITS).to(tl.int64)
-    split = pid % SPLITS
-    cols = split * CHUNK + tl.arange(0, CHUNK)
-    mask = cols < N
-    dy = tl.load(dy_ptr + row * N + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-    y = tl.load(y_ptr + row * N + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-    tl.store(part_ptr + row * SPLITS + split, tl.sum(dy * y, axis=0))
-    _row_barrier(count_ptr + row, SPLITS)
-    dot = tl.sum(tl.load(part_ptr + row * SPLITS + tl.arange(0, SPLITS), volatile=True), axis=0)
-    tl.store(dx_ptr + row * N + cols, cast_for_store(y * (dy - dot), dx_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
-
-
-@triton.jit
-def _coop_rms_norm_kernel(x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, x_row_stride, N, eps, CHUNK: tl.constexpr,
-                          SPLITS: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
-    pid = tl.program_id(0)
-    row = (pid // SPLITS).to(tl.int64)
-    split = pid % SPLITS
-    cols = split * CHUNK + tl.arange(0, CHUNK)
-    mask = cols < N
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
-    tl.store(part_ptr + row * SPLITS + split, tl.sum(x * x, axis=0))
-    _row_barrier(count_ptr + row, SPLITS)
-    sum_sq = tl.sum(tl.load(part_ptr + row * SPLITS + tl.arange(0, SPLITS), volatile=True), axis=0)
-    rstd = 1.0 / tl.sqrt(sum_sq / N + eps)
-    x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
-    tl.store(y_ptr + row * N + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
 def coop_call(op: str, tensors: dict, chunk: int, warps: int):
-    """A zero-argument call of the cooperative kernel for ``op`` on ``tensors`` (its output preallocated)."""
+    """A zero-argument call of the package's cooperative kernel for ``op`` on ``tensors`` with this
+    chunk and warps (its output and partials preallocated; the counters zeroed in the call)."""
+    from tritonforge.kernel_utils import split_float
+    from tritonforge.ops import rmsnorm, softmax
+
     x = tensors["x"]
     m, n = x.shape
     splits = triton.cdiv(n, chunk)
-    assert splits & (splits - 1) == 0, "SPLITS is a power of two (the merge loads all partials)"
-    acc = acc_dtype(x.dtype)
-    bf16 = round_bf16_by_hand(x.dtype)
+    flags = dict(CHUNK=chunk, SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), ACC_DTYPE=acc_dtype(x.dtype),
+                 ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=warps)  # fmt: skip
     out = torch.empty_like(x)
     parts = torch.empty(m, splits, device=x.device, dtype=torch.float32)
     parts2 = torch.empty(m, splits, device=x.device, dtype=torch.float32)
+    eps_hi, eps_lo = split_float(1e-6)
 
     def call():
         count = torch.zeros(m, device=x.device, dtype=torch.int32)
         grid = (m * splits,)
         if op == "softmax":
-            _coop_softmax_kernel[grid](x, out, parts, parts2, count, x.stride(0), n, CHUNK=chunk, SPLITS=splits, ACC_DTYPE=acc,
-                                       ROUND_BF16=bf16, num_warps=warps)  # fmt: skip
+            softmax._softmax_coop_kernel[grid](x, out, parts, parts2, count, x.stride(0), n, **flags)
         elif op == "softmax-bwd":
-            _coop_softmax_bwd_kernel[grid](tensors["dy"], tensors["y"], out, parts, count, n, CHUNK=chunk, SPLITS=splits,
-                                           ACC_DTYPE=acc, ROUND_BF16=bf16, num_warps=warps)  # fmt: skip
+            softmax._softmax_bwd_coop_kernel[grid](tensors["dy"], tensors["y"], out, parts, count, n, n, **flags)
         else:
-            _coop_rms_norm_kernel[grid](x, tensors["w"], out, parts, count, x.stride(0), n, 1e-6, CHUNK=chunk, SPLITS=splits,
-                                        ACC_DTYPE=acc, ROUND_BF16=bf16, num_warps=warps)  # fmt: skip
+            rmsnorm._rms_norm_fwd_coop_kernel[grid](x, tensors["w"], out, out, x.stride(0), out.stride(0), n, eps_hi, eps_lo, parts, count,
+                                                    STORE_RSTD=False, **flags)  # fmt: skip
         return out
 
     return call
