@@ -63,3 +63,13 @@ def test_a_table_is_html_in_a_notebook_and_aligned_text_when_printed():
     assert page.startswith("<p>t</p>") and "<p>n &lt;b&gt;</p>" in page
     assert 'text-align:right; white-space:nowrap; padding:0.15em 0.4em">12.25</td>' in page
     assert "<td" in page and page.count("<tr>") == 3
+
+
+def test_fractions_name_the_ceiling_they_are_of():
+    """A table's fractions are of the copy bandwidth, the matmul rate, or each row's own (the MLP
+    front: copy at decode, matmul at prefill): the legend says which."""
+    from tritonforge.bench.report import fraction_of
+
+    assert fraction_of([{"ceiling": "copy"}, {"ceiling": None}]) == "the measured copy bandwidth"
+    assert fraction_of([{"ceiling": "matmul"}]) == "the measured matmul rate"
+    assert "each row's ceiling" in fraction_of([{"ceiling": "copy"}, {"ceiling": "matmul"}])

@@ -76,7 +76,7 @@ def format_suite(suite: str, rows: list[dict]) -> str:
             cells = [cell(by_key[(dtype, shape, i)]) if (dtype, shape, i) in by_key else "" for i in impls]
             lines.append(f"| {dtype} | {shape_label(shape)} | " + " | ".join(cells) + " |")
         lines += [f"cost: {f}" for f in dict.fromkeys(r["formula"] for r in rows if r["formula"])]
-        lines.append("frac = fraction of the measured copy bandwidth")
+        lines.append(f"frac = fraction of {fraction_of(rows)}")
         timed_on_device = [i for i in impls if any(r["impl"] == i and r.get("device_us") is not None for r in rows)]
         if timed_on_device:
             lines += ["", "device µs (CUDA-graph replay: no host time, no L2 flush between calls)",
@@ -167,6 +167,17 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, title: s
     return "\n".join(parts)
 
 
+def fraction_of(rows: list[dict]) -> str:
+    """What the rows' fractions are of: each row names its ceiling (``"copy"`` for memory-bound
+    ops, ``"matmul"`` for attention prefill and the MLP front at prefill)."""
+    ceilings = {r.get("ceiling") for r in rows if r.get("ceiling")}
+    if ceilings == {"matmul"}:
+        return "the measured matmul rate"
+    if ceilings <= {"copy"}:
+        return "the measured copy bandwidth"
+    return "each row's ceiling: the copy bandwidth, or the matmul rate where compute bounds the shape"
+
+
 def _suite_tables(suite: str, rows: list[dict]) -> list[Table]:
     """One suite as :class:`Table` objects (the HTML form of :func:`format_suite`)."""
     if suite == "ceilings":
@@ -185,7 +196,7 @@ def _suite_tables(suite: str, rows: list[dict]) -> list[Table]:
     for dtype in dict.fromkeys(d for d, _ in keys):
         body = [[shape_label(shape)] + [cell(by_key[(d, shape, i)]).replace(" (", "\n(") if (d, shape, i) in by_key else ""
                                         for i in impls] for d, shape in keys if d == dtype]  # fmt: skip
-        tables.append(Table(["shape"] + impls, body, title=f"{suite}, {dtype}: µs per call (fraction of the measured copy bandwidth)"))
+        tables.append(Table(["shape"] + impls, body, title=f"{suite}, {dtype}: µs per call (fraction of {fraction_of(rows)})"))
     notes = [f"cost: {f}" for f in dict.fromkeys(r["formula"] for r in rows if r["formula"])]
     timed_on_device = [i for i in impls if any(r["impl"] == i and r.get("device_us") is not None for r in rows)]
     if timed_on_device:
