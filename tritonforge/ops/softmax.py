@@ -567,7 +567,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     Returns:
         A new contiguous tensor of x's shape and dtype. ``tfg.last_path("softmax")`` tells which
         path computed it, ``tfg.last_path("softmax_backward")`` the latest backward's;
-        :func:`plan` which strategy (one pass, online, split) a shape takes.
+        :func:`plan` which strategy (one pass, cooperative, online, split) a shape takes.
     """
     runtime.check_tensor("x", x, dtypes=SOFTMAX_DTYPES, ndim_min=1)
     needs_grad = torch.is_grad_enabled() and x.requires_grad
