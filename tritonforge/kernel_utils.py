@@ -117,13 +117,14 @@ def row_barrier(
 
 def coop_splits(M: int, N: int, dtype: torch.dtype, sms: int, *, cooperative: bool) -> int:
     """How many programs hold each row on the cooperative path, or 0 where it does not apply:
-    on the interpreter (``cooperative=False``), for rows longer than ``COOP_MAX_SPLITS`` chunks,
-    or where ``M`` rows would make fewer programs than the GPU has SMs (a few long rows: the
-    split path's two kernels spread them better)."""
+    on the interpreter (``cooperative=False``), for rows longer than ``COOP_MAX_SPLITS`` chunks
+    or than one chunk per SM (so that a row's programs always fit the GPU at once, whatever else
+    runs: a T4's 40 SMs take rows up to 40 chunks), or where ``M`` rows would make fewer programs
+    than the GPU has SMs (a few long rows: the split path's two kernels spread them better)."""
     if not cooperative:
         return 0
     splits = triton.cdiv(N, coop_chunk(dtype))
-    return splits if splits <= COOP_MAX_SPLITS and M * splits >= sms else 0
+    return splits if splits <= min(COOP_MAX_SPLITS, sms) and M * splits >= sms else 0
 
 
 def coop_chunk(dtype: torch.dtype) -> int:
