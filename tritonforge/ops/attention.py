@@ -475,8 +475,8 @@ def _decode_splits(heads: int, blocks: int, sms: int) -> tuple[int, int]:
     one program per SM already, one split (more only add partials to write and merge: H200,
     B = 32 and 8 KV heads, 256 programs: one split 123 us, two 140 us at Nk = 4096). Otherwise
     the fewest splits whose programs fill their waves to 95% (8 heads: 16 splits, 128 programs;
-    17 splits made 136 programs, 4 SMs with two: 43 us where 16 took 38 at Nk = 32768;
-    attention-tiles-nvidia-h200-2026-11-30.json)."""
+    the earlier rule's 17 made 136 programs, 4 SMs with two: 43.2 us where 16 take 38.4 at
+    Nk = 32768; benchmarks/results/superseded/ and the attention-decode record)."""
     if heads >= sms:
         return 1, blocks
     best = (0.0, 1, blocks)
