@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Optional
 
 import torch
 
@@ -115,13 +116,13 @@ def row_barrier(
         pass
 
 
-def coop_splits(M: int, N: int, dtype: torch.dtype, sms: int, *, cooperative: bool) -> int:
+def coop_splits(M: int, N: int, dtype: torch.dtype, sms: Optional[int]) -> int:
     """How many programs hold each row on the cooperative path, or 0 where it does not apply:
-    on the interpreter (``cooperative=False``), for rows longer than ``COOP_MAX_SPLITS`` chunks
+    off a GPU (``sms`` None: ``runtime.gpu_sm_count``), for rows longer than ``COOP_MAX_SPLITS`` chunks
     or than one chunk per SM (so that a row's programs always fit the GPU at once, whatever else
     runs: a T4's 40 SMs take rows up to 40 chunks), or where ``M`` rows would make fewer programs
     than the GPU has SMs (a few long rows: the split path's two kernels spread them better)."""
-    if not cooperative:
+    if sms is None:
         return 0
     splits = triton.cdiv(N, coop_chunk(dtype))
     return splits if splits <= min(COOP_MAX_SPLITS, sms) and M * splits >= sms else 0

@@ -247,6 +247,14 @@ def sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def gpu_sm_count(device: torch.device) -> Optional[int]:
+    """SMs of ``device`` where compiled kernels run on it (a CUDA device, not the interpreter),
+    else ``None``: the ops' heuristics then plan for a small stand-in GPU."""
+    if interpreting() or device.type != "cuda":
+        return None
+    return sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def shared_memory_per_block(device: torch.device) -> Optional[int]:
     """Bytes of shared memory one program (CUDA block) may use on ``device``, as the driver
     reports it (the opt-in maximum, which Triton uses), or ``None`` off CUDA.

@@ -438,7 +438,7 @@ def plan(q_shape, k_shape, dtype: torch.dtype, device: torch.device) -> Optional
     Hkv, Nk = k_shape[1], k_shape[2]
     interpreting = runtime.interpreting() or device.type != "cuda"
     shared = None if interpreting else runtime.shared_memory_per_block(device)
-    sms = INTERPRETER_SMS if interpreting else runtime.sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    sms = runtime.gpu_sm_count(device) or INTERPRETER_SMS
     return _plan_cached(B, Hq, Nq, D, Hkv, Nk, dtype.itemsize, shared, sms)
 
 

@@ -431,9 +431,7 @@ def fwd_coop_splits(M: int, N: int, dtype: torch.dtype, device: torch.device) ->
     block_n, _, one_pass = fwd_config(M, N, dtype)
     if one_pass or N <= block_n:
         return 0
-    cooperative = device.type == "cuda" and not runtime.interpreting()
-    sms = runtime.sm_count(device.index if device.index is not None else torch.cuda.current_device()) if cooperative else 0
-    return coop_splits(M, N, dtype, sms, cooperative=cooperative)
+    return coop_splits(M, N, dtype, runtime.gpu_sm_count(device))
 
 
 def bwd_shared_bytes(block_n: int, itemsize: int, stages: int) -> int:

@@ -367,8 +367,8 @@ def plan(M: int, N: int, dtype: torch.dtype, device: torch.device) -> Plan:
     they take the online loop when there are at least two rows per SM; fewer rows are split into
     chunks so that about four programs per SM work (a power of two of chunks, each a whole number
     of loop blocks)."""
-    cooperative = device.type == "cuda" and not runtime.interpreting()
-    return _plan_cached(M, N, dtype, _sm_count(device), ROW_FIT_LIMIT, LOOP_BLOCK_N, MAX_SPLITS, cooperative)
+    sms = runtime.gpu_sm_count(device)
+    return _plan_cached(M, N, dtype, sms or INTERPRETER_SMS, ROW_FIT_LIMIT, LOOP_BLOCK_N, MAX_SPLITS, sms is not None)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -379,7 +379,7 @@ def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_bl
     width = triton.next_power_of_2(max(N, 1))
     if width <= fit:
         return Plan("one-pass", width, _warps(width))
-    coop = coop_splits(M, N, dtype, sms, cooperative=cooperative)
+    coop = coop_splits(M, N, dtype, sms if cooperative else None)
     if coop:
         return Plan("cooperative", coop_chunk(dtype), COOP_WARPS, coop, coop_chunk(dtype))
     if M >= 2 * sms:
@@ -391,12 +391,6 @@ def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_bl
         return Plan("online", loop_block, _warps(loop_block))
     chunk = triton.cdiv(blocks, splits) * loop_block
     return Plan("split", loop_block, _warps(loop_block), splits, chunk)
-
-
-def _sm_count(device: torch.device) -> int:
-    if runtime.interpreting() or device.type != "cuda":
-        return INTERPRETER_SMS
-    return runtime.sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 # ----------------------------------------------------------------------------------------------
