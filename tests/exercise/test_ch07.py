@@ -23,7 +23,8 @@ import triton.language as tl
 
 from . import notebooks
 
-SOFTCAP, ALIBI, WINDOW = 1, 2, 3
+# constexpr: a compiled kernel may read a module global only if it is a tl.constexpr
+SOFTCAP, ALIBI, WINDOW = tl.constexpr(1), tl.constexpr(2), tl.constexpr(3)
 
 
 @triton.jit
