@@ -34,6 +34,7 @@ EXPERIMENTS = REPO / "benchmarks" / "experiments"
 
 KEPT = {
     "attention_tiles.py",
+    "e2e_llama.py",
     "inductor_rmsnorm.py",
     "long_rows.py",
     "op_integration.py",
@@ -193,6 +194,22 @@ def test_attention_tiles(tmp_path):
     assert {r["case"] for r in ours} == {"prefill", "decode"} and all("error" not in r for r in ours), ours
     assert all(r["err"] < 1e-5 and r["device_us"] > 0 for r in ours)  # float32 toy shapes, checked before timing
     assert len({tuple(r["plan"]) for r in ours if r["case"] == "decode"}) == 2  # two split counts
+
+
+def test_e2e_llama(tmp_path):
+    """Every variant runs prefill and the static decode step, checked against the float32 model
+    first; the breakdown times each op of a layer (Liger is absent on the CPU machines: one row says so)."""
+    out = tmp_path / "e2e.json"
+    run_toy("e2e_llama.py", str(out))
+    data = read_json(out)
+    rows = data["rows"]
+    for impl in ("sdpa", "torch.compile", "tritonforge"):
+        steps = [r for r in rows if r["impl"] == impl and r["op"] in ("prefill", "decode")]
+        assert len(steps) == 6 and all(r["status"] == "ok" and r["max_rel_err"] < 1e-5 and r["device_us"] > 0 for r in steps), steps
+    ops = {r["stage"] for r in rows if r["impl"] == "tritonforge" and r["op"] == "decode-op" and r["status"] == "ok"}
+    assert {"attention", "MLP front", "rms_norm (x2)", "KV cache write"} <= ops
+    liger = [r for r in rows if r["impl"] == "liger"]
+    assert liger and all(r["status"] in ("ok", "unavailable") for r in liger)
 
 
 def test_rmsnorm_fwd_blocks(tmp_path):

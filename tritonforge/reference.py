@@ -132,19 +132,29 @@ def softmax_bwd_ref(dy: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) 
     return dx if upcast else dx.to(y.dtype)
 
 
-def _attention_probabilities(q, k, v, causal, sm_scale, ct):
+def _attention_probabilities(q, k, v, causal, sm_scale, ct, kv_lens=None):
     """``(P, lse, k, v)`` of naive attention in ``ct``: k and v repeated to the query heads, the
     scaled scores masked bottom-right when causal, ``lse = logsumexp(S, -1)`` (``-inf`` where a
-    query sees no key) and ``P = exp(S - lse)`` (0 on such rows). Shared by the forward and the
-    backward reference."""
+    query sees no key) and ``P = exp(S - lse)`` (0 on such rows). ``kv_lens [B]``: batch b has
+    only its first ``kv_lens[b]`` keys (clamped to ``[0, Nk]``; causal aligns with the last of
+    them). Shared by the forward and the backward reference."""
     group = q.shape[1] // k.shape[1]
     scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
     q_, k_, v_ = q.to(ct), k.to(ct).repeat_interleave(group, dim=1), v.to(ct).repeat_interleave(group, dim=1)
     s = q_ @ k_.transpose(-1, -2) * scale  # [B, Hq, Nq, Nk]
     Nq, Nk = q.shape[-2], k.shape[-2]
-    if causal:
-        i = torch.arange(Nq, device=q.device)[:, None]
-        j = torch.arange(Nk, device=q.device)[None, :]
+    i = torch.arange(Nq, device=q.device)[:, None]
+    j = torch.arange(Nk, device=q.device)[None, :]
+    if kv_lens is not None:
+        n = kv_lens.to(device=q.device, dtype=torch.int64).clamp(0, Nk)[:, None, None, None]  # [B, 1, 1, 1]
+        filled = torch.arange(Nk, device=q.device)[:, None] < n  # [B, 1, Nk, 1]
+        k_, v_ = torch.where(filled, k_, 0.0), torch.where(filled, v_, 0.0)  # what lies past a length never counts
+        s = q_ @ k_.transpose(-1, -2) * scale
+        hidden = j >= n
+        if causal:
+            hidden = hidden | (j > i + (n - Nq))
+        s = s.masked_fill(hidden, float("-inf"))
+    elif causal:
         s = s.masked_fill(j > i + (Nk - Nq), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     seen = torch.isfinite(lse)[..., None]
@@ -160,6 +170,7 @@ def flash_attention_ref(
     sm_scale: float | None = None,
     *,
     upcast: bool = False,
+    kv_lens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention the naive way (chapter 7's starting point): every score in memory.
 
@@ -167,12 +178,14 @@ def flash_attention_ref(
     reads key/value head ``h // (Hq // Hkv)``). ``S = q @ k^T * sm_scale`` (``sm_scale`` defaults
     to ``D ** -0.5``); causal keeps key ``j`` for query ``i`` when ``j <= i + Nk - Nq`` (the last
     query sees the last key); ``P = softmax(S)``; ``O = P @ v``. A query that sees no key (causal
-    with ``Nq > Nk``) gets ``O = 0`` and ``lse = -inf``, as FlashAttention-2 does.
+    with ``Nq > Nk``) gets ``O = 0`` and ``lse = -inf``, as FlashAttention-2 does. With
+    ``kv_lens [B]`` (a static KV cache), batch b has only its first ``kv_lens[b]`` keys and
+    ``Nk`` above means that length.
 
     Returns ``(O, lse)``: O in q's dtype, ``lse = logsumexp(S, -1)`` ``[B, Hq, Nq]`` in float32
     (float64 for float64 inputs; everything float64 with ``upcast``, the tests' oracle). Memory is
     ``B * Hq * Nq * Nk`` scores: this is the fallback, not the fast path."""
-    p, lse, _, v_ = _attention_probabilities(q, k, v, causal, sm_scale, _compute_dtype(q.dtype, upcast))
+    p, lse, _, v_ = _attention_probabilities(q, k, v, causal, sm_scale, _compute_dtype(q.dtype, upcast), kv_lens)
     o = p @ v_
     return (o, lse) if upcast else (o.to(q.dtype), lse)
 
@@ -187,6 +200,7 @@ def flash_attention_bwd_ref(
     *,
     dlse: torch.Tensor | None = None,
     upcast: bool = False,
+    kv_lens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The hand-derived backward of :func:`flash_attention_ref` (chapter 7), FlashAttention's way:
     ``P`` is recomputed from q and k (never saved), then
@@ -201,7 +215,7 @@ def flash_attention_bwd_ref(
     Hkv, Nk = k.shape[1], k.shape[2]
     group = Hq // Hkv
     scale = D**-0.5 if sm_scale is None else sm_scale
-    p, _, k_, v_ = _attention_probabilities(q, k, v, causal, sm_scale, ct)
+    p, _, k_, v_ = _attention_probabilities(q, k, v, causal, sm_scale, ct, kv_lens)
     q_, do_ = q.to(ct), do.to(ct)
     dv = p.transpose(-1, -2) @ do_  # [B, Hq, Nk, D]
     dp = do_ @ v_.transpose(-1, -2)

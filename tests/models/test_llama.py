@@ -70,3 +70,66 @@ def test_bad_backend_and_a_full_cache(device):
     cache.length = CONFIG.max_positions - 1
     with pytest.raises(ValueError, match="cache holds 64 positions"):
         model(_ids(1, 2, device), cache, "torch")
+
+
+@pytest.mark.parametrize("backend", ["torch", "sdpa", "tritonforge"])
+def test_static_decode_step_gives_what_the_growing_cache_gives(backend, device):
+    """decode_step (fixed shapes: the whole cache buffer, kv_lens on the device) equals the
+    growing-prefix decode call, step after step; the sdpa backend equals the naive one."""
+    torch.manual_seed(4)
+    model = Llama(CONFIG, device=device)
+    ids = _ids(2, 16, device)
+    with torch.no_grad(), tfg.strict():
+        grow, static = KVCache(CONFIG, 2, torch.float32, device), KVCache(CONFIG, 2, torch.float32, device)
+        model(ids[:, :10], grow, backend)
+        model(ids[:, :10], static, backend)
+        for i in range(10, 16):
+            expected = model(ids[:, i : i + 1], grow, backend)
+            position = torch.tensor([static.length], device=device)
+            got = model.decode_step(ids[:, i : i + 1], static, position, backend)
+            static.length += 1
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        if backend == "tritonforge":
+            assert tfg.last_path("flash_attention") == ("triton" if device == "cuda" else "interpreter")
+        torch.testing.assert_close(model(ids, backend="sdpa"), model(ids, backend="torch"), rtol=1e-5, atol=1e-5)
+
+
+def test_decode_step_bad_inputs(device):
+    model = Llama(CONFIG, device=device)
+    cache = KVCache(CONFIG, 1, torch.float32, device)
+    with pytest.raises(ValueError, match=r"ids of shape \[B, 1\]"):
+        model.decode_step(_ids(1, 2, device), cache, torch.tensor([0], device=device))
+    with pytest.raises(ValueError, match="position must be a one-element int64"):
+        model.decode_step(_ids(1, 1, device), cache, torch.tensor(0, device=device))
+    with pytest.raises(ValueError, match="backend"):
+        model.decode_step(_ids(1, 1, device), cache, torch.tensor([0], device=device), backend="cuda")
+
+
+def _static_generate(model, prompt, steps, backend):
+    """generate's loop with decode_step run eagerly: what the captured graph replays."""
+    cache = KVCache(model.config, prompt.shape[0], model.embed.dtype, prompt.device)
+    logits, tokens = model(prompt, cache, backend), [prompt]
+    for step in range(steps):
+        tokens.append(logits[:, -1].argmax(-1, keepdim=True))
+        if step + 1 < steps:
+            position = torch.tensor([cache.length], device=prompt.device)
+            logits = model.decode_step(tokens[-1], cache, position, backend)
+            cache.length += 1
+    return torch.cat(tokens, dim=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["tritonforge", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_gpu_cuda_graph_generation_gives_the_eager_tokens(dtype, backend):
+    """generate(..., cuda_graph=True) replays one captured decode step: its tokens equal those of
+    the same step run eagerly, and in float32 those of the growing-cache decode too."""
+    torch.manual_seed(5)
+    config = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_layers=2, num_heads=8, num_kv_heads=2, max_positions=128)
+    model = Llama(config, dtype=dtype, device="cuda")
+    prompt = torch.randint(0, 512, (3, 37), device="cuda")
+    with tfg.strict(), torch.no_grad():
+        graphed = generate(model, prompt, 20, backend, cuda_graph=True)
+        assert torch.equal(graphed, _static_generate(model, prompt, 20, backend))
+        if dtype == torch.float32:
+            assert torch.equal(graphed, generate(model, prompt, 20, backend))

@@ -209,6 +209,98 @@ def test_bad_inputs(device):
 
 
 # ----------------------------------------------------------------------------------------------
+# kv_lens: a preallocated KV cache whose filled length lives on the device
+# ----------------------------------------------------------------------------------------------
+
+
+def _sliced_oracle(q, k, v, causal, lens):
+    """Per batch row, the float64 reference over that row's first ``lens[b]`` keys only: the
+    oracle never sees the buffer's tail."""
+    outs, lses = [], []
+    for b, n in enumerate(lens.tolist()):
+        o, lse = flash_attention_ref(q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n], causal, upcast=True)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(4, 4, 2, 1, 90, 32), (3, 8, 2, 3, 70, 16), (3, 2, 1, 20, 64, 16)], ids=str)
+def test_kv_lens_reads_only_the_filled_keys(shape, causal, monkeypatch, device):
+    """Batch rows of different lengths in one buffer, lengths 0 and full included; the tail of the
+    buffer is NaN (a key past the length that leaked in would poison the row). Decode (several
+    splits, some past every length) and prefill."""
+    if device == "cpu":
+        monkeypatch.setattr(attention_module, "INTERPRETER_SMS", 16)  # several decode splits
+    B, Hq, Hkv, Nq, Nk, D = shape
+    q, k, v = _inputs(*shape, device=device)
+    lens = torch.tensor([Nk, 0, 37, 17][:B], device=device, dtype=torch.int32)
+    for b, n in enumerate(lens.tolist()):
+        k[b, :, n:] = float("nan")
+        v[b, :, n:] = float("nan")
+    with tfg.strict():
+        o, lse = flash_attention(q, k, v, causal=causal, return_lse=True, kv_lens=lens)
+        o64 = flash_attention(q, k, v, causal=causal, kv_lens=lens.long())  # int64 lengths too
+    assert last_plan().strategy == ("decode" if Nq <= attention_module.DECODE_MAX_QUERIES else "prefill")
+    assert last_plan().strategy != "decode" or device == "cuda" or last_plan().splits > 1
+    expected, expected_lse = _sliced_oracle(q, k, v, causal, lens)
+    assert not o.isnan().any()
+    torch.testing.assert_close(o.double(), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(o64, o, rtol=0, atol=0)
+    torch.testing.assert_close(lse.double(), expected_lse, rtol=1e-5, atol=1e-5)  # -inf where a row has no key
+    ref_o, ref_lse = flash_attention_ref(q, k, v, causal, kv_lens=lens, upcast=True)  # the reference's own kv_lens
+    torch.testing.assert_close(ref_o, expected.nan_to_num(), rtol=1e-12, atol=1e-12)
+
+
+def test_kv_lens_gradients_and_vmap(device):
+    """The backward (reference) honours kv_lens: gradients equal those of the sliced oracle and are
+    zero for keys past the length; vmap folds the lengths with the batch."""
+    q, k, v = _leaves((2, 2, 1, 3, 20, 16), device)
+    lens = torch.tensor([20, 9], device=device)
+    with tfg.strict(False), warnings.catch_warnings():
+        warnings.simplefilter("ignore", tfg.FallbackWarning)
+        got = torch.autograd.grad(flash_attention(q, k, v, causal=True, kv_lens=lens).sum(), (q, k, v))
+    expected = torch.autograd.grad(_sliced_oracle(q, k, v, True, lens)[0].sum(), (q, k, v))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)
+    assert (got[1][1, :, 9:] == 0).all() and (got[2][1, :, 9:] == 0).all()
+    q, k, v = (t.detach().float() for t in (q, k, v))
+    many = torch.stack([lens, lens.flip(0), lens // 2])
+    with tfg.strict():
+        mapped = torch.func.vmap(lambda n: flash_attention(q, k, v, causal=True, kv_lens=n))(many)
+    for i in range(3):
+        torch.testing.assert_close(mapped[i].double(), _sliced_oracle(q, k, v, True, many[i])[0], rtol=1e-5, atol=1e-5)
+
+
+def test_kv_lens_under_compile(device):
+    """The lengths are a tensor input of the op's node: one graph serves every length."""
+    q, k, v = _inputs(2, 4, 2, 1, 40, 16, device=device)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True), tfg.strict():
+        compiled = torch.compile(lambda q, n: flash_attention(q, k, v, causal=True, kv_lens=n) * 2.0, fullgraph=True, backend="aot_eager")
+        for n in ([40, 3], [1, 39]):
+            lens = torch.tensor(n, device=device)
+            torch.testing.assert_close(compiled(q, lens), flash_attention(q, k, v, causal=True, kv_lens=lens) * 2.0, rtol=0, atol=0)
+    torch._dynamo.reset()
+
+
+def test_kv_lens_bad_inputs(device):
+    q, k, v = _inputs(2, 4, 2, 1, 30, 16, device=device)
+    with pytest.raises(TypeError, match="kv_lens must be a tensor"):
+        flash_attention(q, k, v, kv_lens=[3, 4])
+    with pytest.raises(TypeError, match="kv_lens must be int32 or int64"):
+        flash_attention(q, k, v, kv_lens=torch.tensor([3.0, 4.0], device=device))
+    with pytest.raises(ValueError, match=r"kv_lens must have shape \[B\] = \[2\]"):
+        flash_attention(q, k, v, kv_lens=torch.tensor([3], device=device))
+    with pytest.raises(ValueError, match=r"kv_lens must lie in \[0, 30\].*\[31\]"):
+        flash_attention(q, k, v, kv_lens=torch.tensor([3, 31], device=device))
+    with pytest.raises(ValueError, match="kv_lens must lie"):
+        flash_attention(q, k, v, kv_lens=torch.tensor([-1, 4], device=device))
+    with pytest.raises(ValueError, match="kv_lens is on meta"):
+        flash_attention(q, k, v, kv_lens=torch.tensor([3, 4], device="meta"))
+
+
+# ----------------------------------------------------------------------------------------------
 # Autograd: the PyTorch backward, routed and loud
 # ----------------------------------------------------------------------------------------------
 
@@ -373,6 +465,26 @@ def test_gpu_hand_captured_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, flash_attention(*fresh, causal=True), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph_with_kv_lens_follows_the_lengths():
+    """One captured decode step over a static cache serves every length: the lengths are read
+    from the device at replay (what a CUDA-graph decode loop needs)."""
+    q, k, v = _inputs(2, 32, 8, 1, 4096, 128, dtype=torch.bfloat16, device="cuda")
+    lens = torch.tensor([100, 4096], device="cuda", dtype=torch.int32)
+    flash_attention(q, k, v, causal=True, kv_lens=lens)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = flash_attention(q, k, v, causal=True, kv_lens=lens)
+    for n in ([1, 2000], [4095, 7], [3000, 3001]):
+        lens.copy_(torch.tensor(n))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, flash_attention(q, k, v, causal=True, kv_lens=lens), rtol=0, atol=0)
+        expected = _sliced_oracle(q, k, v, True, lens)[0]
+        torch.testing.assert_close(out.double(), expected, rtol=2e-2, atol=2e-2)
 
 
 # ----------------------------------------------------------------------------------------------

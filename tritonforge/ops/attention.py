@@ -173,6 +173,7 @@ def _flash_attn_fwd_kernel(
     v_ptr,  # *v like k
     o_ptr,  # *O [B, Hq, Nq, D] with strides (o_sb, o_sh, o_sn, 1), q's dtype
     lse_ptr,  # *lse [B, Hq, Nq] float32, contiguous
+    kv_lens_ptr,  # *[B] int32/int64 (HAS_LENS): batch b's keys are its first kv_lens[b]
     q_sb,
     q_sh,
     q_sn,
@@ -192,6 +193,7 @@ def _flash_attn_fwd_kernel(
     D,
     qk_scale,  # sm_scale * log2(e), as two float32 halves (see _attend_key_blocks)
     qk_scale_lo,
+    HAS_LENS: tl.constexpr,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -211,6 +213,8 @@ def _flash_attn_fwd_kernel(
     b = (bh // Hq).to(tl.int64)
     h = bh % Hq
     kv_h = h // GROUP
+    if HAS_LENS:  # a static KV cache: only the first kv_lens[b] keys exist (clamped to the buffer)
+        Nk = tl.minimum(tl.maximum(tl.load(kv_lens_ptr + b).to(tl.int32), 0), Nk)
     rows = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, HEAD_D)
     row_ok = rows < Nq
@@ -264,6 +268,7 @@ def _flash_decode_split_kernel(
     o_sb,
     o_sh,
     o_sn,  # fmt: skip
+    kv_lens_ptr,  # *[B] (HAS_LENS): batch b's keys are its first kv_lens[b]
     Hq,
     Hkv,
     GROUP,
@@ -273,6 +278,7 @@ def _flash_decode_split_kernel(
     chunk,  # keys per split, a multiple of BLOCK_N
     qk_scale,
     qk_scale_lo,
+    HAS_LENS: tl.constexpr,
     SPLITS: tl.constexpr,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,  # >= GROUP * Nq: every query row that reads this KV head
@@ -290,6 +296,8 @@ def _flash_decode_split_kernel(
     bkv = tl.program_id(1)
     b = (bkv // Hkv).to(tl.int64)
     kv_h = bkv % Hkv
+    if HAS_LENS:  # splits past the filled keys walk nothing (lse = -inf: the merge weighs them 0)
+        Nk = tl.minimum(tl.maximum(tl.load(kv_lens_ptr + b).to(tl.int32), 0), Nk)
     r = tl.arange(0, BLOCK_M)  # row r: query head kv_h * GROUP + r // Nq, query r % Nq
     h = kv_h * GROUP + r // Nq
     query = r % Nq
@@ -527,8 +535,9 @@ def _unit_head_stride(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
 
-def flash_attention_fwd(q, k, v, causal: bool, sm_scale: float, p: Plan) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launch the forward for plan ``p``: ``(O, lse)``."""
+def flash_attention_fwd(q, k, v, causal: bool, sm_scale: float, p: Plan, kv_lens=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the forward for plan ``p``: ``(O, lse)``; ``kv_lens [B]``: batch b attends to its
+    first ``kv_lens[b]`` keys only (None: all ``Nk``)."""
     q, k, v = (_unit_head_stride(t) for t in (q, k, v))
     B, Hq, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
@@ -541,19 +550,22 @@ def flash_attention_fwd(q, k, v, causal: bool, sm_scale: float, p: Plan) -> tupl
                  IEEE_DOT=q.dtype == torch.float32, ACC_DTYPE=acc_dtype(q.dtype), num_warps=p.num_warps,
                  num_stages=p.num_stages)  # fmt: skip
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
+    lens = lse if kv_lens is None else kv_lens  # any pointer when HAS_LENS is off (never read)
+    flags["HAS_LENS"] = kv_lens is not None
     qk_scale = split_float(sm_scale * LOG2E)  # (hi, lo): float64 keeps both halves
     if p.strategy == "prefill":
         grid = (triton.cdiv(Nq, p.block_m), B * Hq)
-        _flash_attn_fwd_kernel[grid](q, k, v, o, lse, *strides, *o.stride()[:3], Hq, Hq // Hkv, Nq, Nk, D, *qk_scale, **flags)
+        _flash_attn_fwd_kernel[grid](q, k, v, o, lse, lens, *strides, *o.stride()[:3], Hq, Hq // Hkv, Nq, Nk, D, *qk_scale,
+                                     **flags)  # fmt: skip
         return o, lse
     grid = (p.splits, B * Hkv)
     if p.splits == 1:
-        _flash_decode_split_kernel[grid](q, k, v, o, lse, *strides, *o.stride()[:3], Hq, Hkv, Hq // Hkv, Nq, Nk, D, p.chunk,
+        _flash_decode_split_kernel[grid](q, k, v, o, lse, *strides, *o.stride()[:3], lens, Hq, Hkv, Hq // Hkv, Nq, Nk, D, p.chunk,
                                          *qk_scale, SPLITS=1, **flags)  # fmt: skip
         return o, lse
     part_o = _empty(B, Hq, Nq, p.splits, D, dtype=acc, device=q.device)
     part_lse = _empty(B, Hq, Nq, p.splits, dtype=acc, device=q.device)
-    _flash_decode_split_kernel[grid](q, k, v, part_o, part_lse, *strides, 0, 0, 0, Hq, Hkv, Hq // Hkv, Nq, Nk, D, p.chunk,
+    _flash_decode_split_kernel[grid](q, k, v, part_o, part_lse, *strides, 0, 0, 0, lens, Hq, Hkv, Hq // Hkv, Nq, Nk, D, p.chunk,
                                      *qk_scale, SPLITS=p.splits, **flags)  # fmt: skip
     _flash_decode_merge_kernel[(B * Hq * Nq,)](part_o, part_lse, o, lse, *o.stride()[:3], Hq, Nq, D, SPLITS=p.splits,
                                                SPLITS_P2=triton.next_power_of_2(p.splits), HEAD_D=flags["HEAD_D"],
@@ -569,17 +581,17 @@ OP = "flash_attention"
 BACKWARD_OP = "flash_attention_backward"
 
 
-def _reference(q, k, v, causal, sm_scale):
-    o, lse = flash_attention_ref(q, k, v, causal, sm_scale)
+def _reference(q, k, v, causal, sm_scale, kv_lens=None):
+    o, lse = flash_attention_ref(q, k, v, causal, sm_scale, kv_lens=kv_lens)
     out = _new_output(q) if q.numel() else torch.empty_like(q)
     out.copy_(o)
     return out, lse.to(acc_torch_dtype(q.dtype))
 
 
-def _forward_routed(q, k, v, causal: bool, sm_scale: float):
+def _forward_routed(q, k, v, causal: bool, sm_scale: float, kv_lens=None):
     if q.numel() == 0 or k.shape[2] == 0:
         runtime.record_empty(OP)
-        return _reference(q, k, v, causal, sm_scale)
+        return _reference(q, k, v, causal, sm_scale, kv_lens)
     p = plan(q.shape, k.shape, q.dtype, q.device)
     unsupported = None
     if q.dtype == torch.float64 and (q.device.type != "cpu" or not runtime.interpreting()):
@@ -592,19 +604,20 @@ def _forward_routed(q, k, v, causal: bool, sm_scale: float):
         unsupported = f"no tile fits this device's shared memory for head dim {q.shape[-1]}"
 
     def kernel():
-        out = flash_attention_fwd(q, k, v, causal, sm_scale, p)
+        out = flash_attention_fwd(q, k, v, causal, sm_scale, p, kv_lens)
         _LAST_PLAN["plan"] = p
         return out
 
     return runtime.dispatch(OP, device=q.device, dtype=q.dtype, kernel=kernel,
-                            reference=lambda: _reference(q, k, v, causal, sm_scale), unsupported=unsupported)  # fmt: skip
+                            reference=lambda: _reference(q, k, v, causal, sm_scale, kv_lens),
+                            unsupported=unsupported)  # fmt: skip
 
 
-def _backward_reference(do, dlse, q, k, v, causal, sm_scale):
+def _backward_reference(do, dlse, q, k, v, causal, sm_scale, kv_lens=None):
     return runtime.dispatch_reference(
         BACKWARD_OP, "no-kernel", "FlashAttention's backward has no Triton kernel here: the hand-derived "
         "backward in PyTorch ops recomputes P from lse (memory B*Hq*Nq*Nk)",
-        lambda: flash_attention_bwd_ref(do, q, k, v, causal, sm_scale, dlse=dlse),
+        lambda: flash_attention_bwd_ref(do, q, k, v, causal, sm_scale, dlse=dlse, kv_lens=kv_lens),
     )  # fmt: skip
 
 
@@ -614,50 +627,52 @@ def _backward_reference(do, dlse, q, k, v, causal, sm_scale):
 
 
 @torch.library.custom_op("tritonforge::flash_attention", mutates_args=())
-def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
+                       kv_lens: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(O, lse)``, routed; differentiable through :func:`backward`."""
-    return _forward_routed(q, k, v, causal, sm_scale)
+    return _forward_routed(q, k, v, causal, sm_scale, kv_lens)
 
 
 @flash_attention_op.register_fake
-def _(q, k, v, causal, sm_scale):
+def _(q, k, v, causal, sm_scale, kv_lens=None):
     B, Hq, Nq, D = q.shape
     return _new_output(q, q.new_empty), q.new_empty(B, Hq, Nq, dtype=acc_torch_dtype(q.dtype))
 
 
 @torch.library.custom_op("tritonforge::flash_attention_backward", mutates_args=())
 def flash_attention_backward_op(do: torch.Tensor, dlse: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+                                causal: bool, sm_scale: float,
+                                kv_lens: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(dq, dk, dv)``, through the routed reference backward."""
-    return tuple(g.contiguous() for g in _backward_reference(do, dlse, q, k, v, causal, sm_scale))
+    return tuple(g.contiguous() for g in _backward_reference(do, dlse, q, k, v, causal, sm_scale, kv_lens))
 
 
 @flash_attention_backward_op.register_fake
-def _(do, dlse, q, k, v, causal, sm_scale):
+def _(do, dlse, q, k, v, causal, sm_scale, kv_lens=None):
     return torch.empty_like(q, memory_format=torch.contiguous_format), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def setup_context(ctx, inputs, output):
-    q, k, v, causal, sm_scale = inputs
-    ctx.save_for_backward(q, k, v)
+    q, k, v, causal, sm_scale, kv_lens = inputs
+    ctx.save_for_backward(q, k, v, kv_lens)
     ctx.causal, ctx.sm_scale = causal, sm_scale
 
 
 def backward(ctx, do, dlse):
-    q, k, v = ctx.saved_tensors
+    q, k, v, kv_lens = ctx.saved_tensors
     do = torch.zeros_like(q) if do is None else do
     dlse = torch.zeros(q.shape[:3], dtype=acc_torch_dtype(q.dtype), device=q.device) if dlse is None else dlse
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph: differentiable ops
-        dq, dk, dv = _backward_reference(do, dlse, q, k, v, ctx.causal, ctx.sm_scale)
+        dq, dk, dv = _backward_reference(do, dlse, q, k, v, ctx.causal, ctx.sm_scale, kv_lens)
     else:
-        dq, dk, dv = flash_attention_backward_op(do, dlse, q, k, v, ctx.causal, ctx.sm_scale)
-    return dq, dk, dv, None, None
+        dq, dk, dv = flash_attention_backward_op(do, dlse, q, k, v, ctx.causal, ctx.sm_scale, kv_lens)
+    return dq, dk, dv, None, None, None
 
 
 flash_attention_op.register_autograd(backward, setup_context=setup_context)
 
 
-def _vmap_rule(info, in_dims, q, k, v, causal, sm_scale):
+def _vmap_rule(info, in_dims, q, k, v, causal, sm_scale, kv_lens=None):
     """``vmap``: the mapped dimension joins the batch dimension."""
     size = info.batch_size
 
@@ -665,7 +680,8 @@ def _vmap_rule(info, in_dims, q, k, v, causal, sm_scale):
         t = t.unsqueeze(0).expand(size, *t.shape) if dim is None else t.movedim(dim, 0)
         return t.reshape(size * t.shape[1], *t.shape[2:])
 
-    o, lse = flash_attention_op(fold(q, in_dims[0]), fold(k, in_dims[1]), fold(v, in_dims[2]), causal, sm_scale)
+    lens = None if kv_lens is None else fold(kv_lens, in_dims[5])
+    o, lse = flash_attention_op(fold(q, in_dims[0]), fold(k, in_dims[1]), fold(v, in_dims[2]), causal, sm_scale, lens)
     return (o.reshape(size, -1, *o.shape[1:]), lse.reshape(size, -1, *lse.shape[1:])), (0, 0)
 
 
@@ -675,6 +691,26 @@ flash_attention_op.register_vmap(_vmap_rule)
 # ----------------------------------------------------------------------------------------------
 # The public function
 # ----------------------------------------------------------------------------------------------
+
+
+def _check_kv_lens(kv_lens, q, k) -> None:
+    """``kv_lens``: a 1-D integer tensor of q's batch size on q's device, each value in
+    ``[0, Nk]``. The values are checked where that costs no harm: not while compiling, capturing a
+    CUDA graph or under a functorch transform (the kernels clamp them to ``[0, Nk]`` there)."""
+    if not isinstance(kv_lens, torch.Tensor):
+        raise TypeError(f"kv_lens must be a tensor or None, got {type(kv_lens).__name__}")
+    if kv_lens.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"kv_lens must be int32 or int64, got {kv_lens.dtype}")
+    if tuple(kv_lens.shape) != (q.shape[0],):
+        raise ValueError(f"kv_lens must have shape [B] = [{q.shape[0]}] (one length per batch row), got {tuple(kv_lens.shape)}")
+    if kv_lens.device != q.device:
+        raise ValueError(f"kv_lens is on {kv_lens.device} but q is on {q.device}")
+    capturing = kv_lens.is_cuda and torch.cuda.is_current_stream_capturing()
+    if torch.compiler.is_compiling() or capturing or torch._C._functorch.peek_interpreter_stack() is not None:
+        return
+    if kv_lens.numel() and not bool(((kv_lens >= 0) & (kv_lens <= k.shape[2])).all()):
+        bad = kv_lens[(kv_lens < 0) | (kv_lens > k.shape[2])]
+        raise ValueError(f"kv_lens must lie in [0, {k.shape[2]}] (the keys k holds), got {bad[:4].tolist()}")
 
 
 def _check(q, k, v, causal, sm_scale, return_lse) -> float:
@@ -705,7 +741,8 @@ def _check(q, k, v, causal, sm_scale, return_lse) -> float:
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    sm_scale: Optional[float] = None, *, return_lse: bool = False):  # fmt: skip
+                    sm_scale: Optional[float] = None, *, return_lse: bool = False,
+                    kv_lens: Optional[torch.Tensor] = None):  # fmt: skip
     """Attention without the ``Nq x Nk`` score matrix in memory: ``softmax(q k^T * sm_scale) v``.
 
     Causal masking aligns the last query with the last key (query ``i`` sees key ``j`` iff
@@ -725,6 +762,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         sm_scale: the score scale; ``D ** -0.5`` when None.
         return_lse: also return ``lse [B, Hq, Nq]`` (float32; float64 for float64), each row's logsumexp of the scaled
             scores (``-inf`` for a row with no key).
+        kv_lens: ``[B]`` int32/int64 on q's device, or None: batch row b has only its first ``kv_lens[b]`` keys (a
+            preallocated KV cache; the causal diagonal ends at the last of them). The lengths live on the device, so a
+            decode step over a fixed-size cache keeps its shapes and can be captured in a CUDA graph.
 
     Returns:
         ``O [B, Hq, Nq, D]`` in q's dtype (in q's memory layout when q is ``[B, H, N, D]`` or
@@ -732,15 +772,18 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         path computed it.
     """
     scale = _check(q, k, v, causal, sm_scale, return_lse)
+    if kv_lens is not None:
+        _check_kv_lens(kv_lens, q, k)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if torch.compiler.is_compiling():
-        o, lse = flash_attention_op(q, k, v, causal, scale)
+        o, lse = flash_attention_op(q, k, v, causal, scale, kv_lens)
     else:
         mode = runtime.autograd_mode_unsupported(q, k, v, vmap_ok=not needs_grad)
         if mode is not None:
-            o, lse = runtime.dispatch_reference(OP, "autograd", mode, lambda: flash_attention_ref(q, k, v, causal, scale))
+            o, lse = runtime.dispatch_reference(OP, "autograd", mode,
+                                                lambda: flash_attention_ref(q, k, v, causal, scale, kv_lens=kv_lens))  # fmt: skip
         elif needs_grad or torch._C._functorch.peek_interpreter_stack() is not None:
-            o, lse = flash_attention_op(q, k, v, causal, scale)
+            o, lse = flash_attention_op(q, k, v, causal, scale, kv_lens)
         else:
-            o, lse = _forward_routed(q, k, v, causal, scale)  # eager inference: skip the dispatcher
+            o, lse = _forward_routed(q, k, v, causal, scale, kv_lens)  # eager inference: skip the dispatcher
     return (o, lse) if return_lse else o
