@@ -326,10 +326,12 @@ def _compile_run(public: Callable, name: str, launch: _CountedLaunch, inputs) ->
 def _compile_hint(text: str) -> str:
     if "fake" in text.lower():
         return "register a fake: @op.register_fake, returning an empty tensor like the output"
-    if "Unsupported" in text or "graph break" in text.lower():
+    if "Unsupported" in text or "graph break" in text.lower() or "Recompil" in text:
+        # A graph break where Dynamo meets the routing's Python; on a GPU, where Dynamo can trace a
+        # Triton launch, a recompile instead (the routing's state changes from call to call).
         return (
-            "Dynamo traced into the routing or the launch (a graph break): the public function must "
-            "call the custom op, whose body (opaque to Dynamo) routes"
+            "Dynamo traced into the routing or the launch (a graph break, or a recompile when the routing's state "
+            "changed between calls): the public function must call the custom op, whose body (opaque to Dynamo) routes"
         )
     return "the compiled call must run as the eager one does"
 

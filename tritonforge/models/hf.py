@@ -37,9 +37,9 @@ def _rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
 
 
 def _mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
-    if x.dtype == self.gate_proj.weight.dtype and front_is_fused(x.dtype):
+    if x.dtype == self.gate_proj.weight.dtype and front_is_fused(x.dtype, x.numel() // x.shape[-1]):
         return self.down_proj(swiglu_mlp_front(x, self.gate_proj.weight.T, self.up_proj.weight.T))
-    # float32 on a GPU, autocast and mixed dtypes: cuBLAS, then ours
+    # float32 or many rows on a GPU, autocast and mixed dtypes: cuBLAS, then ours
     return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
 
 

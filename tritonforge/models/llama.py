@@ -215,9 +215,9 @@ class Llama(torch.nn.Module):
         return flash_attention_ref(q, k, v, True, kv_lens=kv_lens)[0]
 
     def _mlp_front(self, x, w_gate, w_up, backend):
-        if backend == "tritonforge" and front_is_fused(x.dtype):
+        if backend == "tritonforge" and front_is_fused(x.dtype, x.numel() // x.shape[-1]):
             return swiglu_mlp_front(x, w_gate, w_up)
-        if backend == "tritonforge":  # float32 on a GPU: cuBLAS's two GEMMs, then the fused elementwise kernel
+        if backend == "tritonforge":  # float32 or many rows on a GPU: cuBLAS's two GEMMs, then the fused elementwise kernel
             return swiglu(x @ w_gate, x @ w_up)
         return swiglu_mlp_front_ref(x, w_gate, w_up)
 

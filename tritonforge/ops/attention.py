@@ -705,8 +705,9 @@ def _check_kv_lens(kv_lens, q, k) -> None:
         raise ValueError(f"kv_lens must have shape [B] = [{q.shape[0]}] (one length per batch row), got {tuple(kv_lens.shape)}")
     if kv_lens.device != q.device:
         raise ValueError(f"kv_lens is on {kv_lens.device} but q is on {q.device}")
-    capturing = kv_lens.is_cuda and torch.cuda.is_current_stream_capturing()
-    if torch.compiler.is_compiling() or capturing or torch._C._functorch.peek_interpreter_stack() is not None:
+    if torch.compiler.is_compiling() or torch._C._functorch.peek_interpreter_stack() is not None:
+        return  # (first: Dynamo cannot trace is_current_stream_capturing)
+    if kv_lens.is_cuda and torch.cuda.is_current_stream_capturing():
         return
     if kv_lens.numel() and not bool(((kv_lens >= 0) & (kv_lens <= k.shape[2])).all()):
         bad = kv_lens[(kv_lens < 0) | (kv_lens > k.shape[2])]

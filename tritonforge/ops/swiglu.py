@@ -430,11 +430,23 @@ def _backward_routed(dy, gate, up, need_dgate: bool, need_dup: bool):
     )  # fmt: skip
 
 
-def front_is_fused(dtype: torch.dtype) -> bool:
+FUSED_FRONT_MAX_ROWS = 512
+"""Most token rows for which a model calls the fused front on a GPU; more rows take cuBLAS's two
+GEMMs and :func:`swiglu`. H200, bf16, D = 4096, F = 14336: at 1-64 rows (decode) the fused kernel
+streams the weights once, 54-57 us where two GEMMs and the elementwise op take 64-67 (the
+swiglu-front record); at 2048 rows (prefill) cuBLAS + a fused SiLU-mul took 732 us and the fused
+kernel 770 (benchmarks/results/e2e/, the op breakdown); at 4096 the two were level (1544 us). The
+cut-off between 64 and 2048 rows is not measured."""
+
+
+def front_is_fused(dtype: torch.dtype, rows: Optional[int] = None) -> bool:
     """Whether :func:`swiglu_mlp_front` runs its fused kernel for ``dtype`` (rather than routing to
     the reference): 16-bit inputs on a GPU (tensor cores), any supported dtype on the interpreter.
-    A model with float32 weights on a GPU calls cuBLAS and :func:`swiglu` instead (``models``)."""
-    return dtype in (torch.float16, torch.bfloat16) or runtime.interpreting()
+    A model with float32 weights on a GPU calls cuBLAS and :func:`swiglu` instead (``models``), and
+    so does a model with more than :data:`FUSED_FRONT_MAX_ROWS` token ``rows`` (when given) on a GPU."""
+    if runtime.interpreting():
+        return True
+    return dtype in (torch.float16, torch.bfloat16) and (rows is None or rows <= FUSED_FRONT_MAX_ROWS)
 
 
 def _front_routed(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
