@@ -121,11 +121,12 @@ def coop_splits(M: int, N: int, dtype: torch.dtype, sms: Optional[int]) -> int:
     off a GPU (``sms`` None: ``runtime.gpu_sm_count``), for rows longer than ``COOP_MAX_SPLITS`` chunks
     or than one chunk per SM (so that a row's programs always fit the GPU at once, whatever else
     runs: a T4's 40 SMs take rows up to 40 chunks), or where ``M`` rows would make fewer programs
-    than the GPU has SMs (a few long rows: the split path's two kernels spread them better)."""
+    than the GPU has SMs (a few long rows: the split path's two kernels spread them better), and
+    for rows of one chunk (a row one program holds needs no barrier)."""
     if sms is None:
         return 0
     splits = triton.cdiv(N, coop_chunk(dtype))
-    return splits if splits <= min(COOP_MAX_SPLITS, sms) and M * splits >= sms else 0
+    return splits if 2 <= splits <= min(COOP_MAX_SPLITS, sms) and M * splits >= sms else 0
 
 
 def coop_chunk(dtype: torch.dtype) -> int:

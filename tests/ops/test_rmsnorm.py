@@ -492,6 +492,27 @@ def test_gpu_cooperative_rows(shape, dtype):
     _check_backward(x[:48], weight)
 
 
+def test_cooperative_path_only_for_rows_past_a_block(monkeypatch):
+    """The cooperative path holds rows no single program can: rows that fit one block keep their
+    planned path, the measured two-pass exceptions of 4096-wide rows included (16-bit blocks of
+    2048 once took a one-chunk "cooperative" program behind a barrier of one), and a row of one
+    chunk is never cooperative (plans as on an H200: 132 SMs, compiled kernels)."""
+    monkeypatch.setattr(runtime, "gpu_sm_count", lambda device: 132)
+    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    rms_norm_module._row_config_cached.cache_clear()
+    try:
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            for m in (1024, 2048, 16384):
+                assert rms_norm_module.fwd_coop_splits(m, 4096, dtype, torch.device("cuda")) == 0, (m, dtype)
+        assert rms_norm_module.fwd_coop_splits(4096, 65536, torch.bfloat16, torch.device("cuda")) > 1
+    finally:
+        rms_norm_module._row_config_cached.cache_clear()
+    from tritonforge.kernel_utils import coop_splits
+
+    assert coop_splits(4096, 8192, torch.bfloat16, 132) == 0  # one chunk
+    assert coop_splits(4096, 8193, torch.bfloat16, 132) == 2
+
+
 SIMULATED_DEVICES = {  # name: (compute capability, shared memory per block, opt-in, bytes)
     "T4": ((7, 5), 64 * 1024),
     "A10/L4": ((8, 6), 99 * 1024),
