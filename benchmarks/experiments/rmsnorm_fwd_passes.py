@@ -27,7 +27,8 @@ print("copy", gbps, flush=True)
 rows = []
 shapes = toy([(torch.bfloat16, 4096, 8192), (torch.bfloat16, 16384, 4096), (torch.float32, 4096, 8192),
               (torch.float32, 16384, 4096), (torch.bfloat16, 32768, 8192), (torch.float32, 32768, 8192),
-              (torch.bfloat16, 1, 8192), (torch.bfloat16, 64, 8192), (torch.bfloat16, 4096, 2048)],
+              (torch.bfloat16, 1, 8192), (torch.bfloat16, 64, 8192), (torch.bfloat16, 4096, 2048),
+              (torch.bfloat16, 1024, 4096), (torch.bfloat16, 2048, 4096), (torch.float32, 2048, 4096)],
              [(torch.bfloat16, 3, 96), (torch.float32, 2, 128)])  # fmt: skip
 eps_hi, eps_lo = split_float(1e-6)
 for dtype, m, n in shapes:
