@@ -31,6 +31,7 @@ def _good(op: str) -> dict:
         "softmax": lambda: dict(x=r(4, 16)),
         "flash_attention": lambda: dict(q=r(1, 4, 8, 16), k=r(1, 2, 8, 16), v=r(1, 2, 8, 16), causal=False, sm_scale=None),
         "axpy": lambda: dict(alpha=2.0, x=r(4, 16), y=r(4, 16)),
+        "rope": lambda: dict(x=r(1, 2, 8, 16), cos=r(8, 16), sin=r(8, 16)),
     }[op]()
 
 
@@ -41,6 +42,7 @@ FUNCTIONS: dict[str, Callable] = {
     "softmax": tfg.softmax,
     "flash_attention": tfg.flash_attention,
     "axpy": tfg.axpy,
+    "rope": tfg.rope,
 }
 
 TENSOR_ARGS = {
@@ -50,6 +52,7 @@ TENSOR_ARGS = {
     "softmax": ("x",),
     "flash_attention": ("q", "k", "v"),
     "axpy": ("x", "y"),
+    "rope": ("x", "cos", "sin"),
 }
 
 
@@ -99,6 +102,11 @@ def _generic_rows() -> list[Bad]:
 NAN, INF = float("nan"), float("inf")
 
 SPECIFIC = [
+    # rope
+    Bad("rope", "x", "1-D", _set("x", lambda t: t[0, 0, 0]), ValueError),
+    Bad("rope", "x", "odd head dim", _both("x", "cos", lambda t: t[..., :15]), ValueError),
+    Bad("rope", "cos", "wrong length", _set("cos", lambda t: t[:7]), ValueError),
+    Bad("rope", "sin", "broadcastable [1, N, D]", _set("sin", lambda t: t[None]), ValueError),
     # rms_norm
     Bad("rms_norm", "x", "0-d", _set("x", lambda t: t[0, 0]), ValueError),
     Bad("rms_norm", "weight", "2-D", _set("weight", lambda t: t[None]), ValueError),

@@ -114,6 +114,26 @@ def swiglu_mlp_front_ref(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tens
     return swiglu_ref(x @ w_gate, x @ w_up, upcast=upcast)
 
 
+def rope_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
+    """Rotary embeddings as Hugging Face Llama computes them, ``x * cos + rotate_half(x) * sin``
+    with ``rotate_half(x) = cat(-x2, x1)`` (x's halves), every step in x's dtype (cos and sin cast
+    to it). ``x [..., N, D]``, ``cos, sin [N, D]``. With ``upcast`` everything is float64."""
+    ct = torch.float64 if upcast else x.dtype
+    x, cos, sin = x.to(ct), cos.to(ct), sin.to(ct)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def rope_bwd_ref(dy: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
+    """The hand-derived backward of :func:`rope_ref` in x: the transposed rotation,
+    ``dx1 = dy1 cos1 + dy2 sin2``, ``dx2 = dy2 cos2 - dy1 sin1`` (halves of dy, cos, sin), in dy's
+    dtype (float64 with ``upcast``). Differentiable PyTorch ops."""
+    ct = torch.float64 if upcast else dy.dtype
+    dy, cos, sin = dy.to(ct), cos.to(ct), sin.to(ct)
+    (d1, d2), (c1, c2), (s1, s2) = dy.chunk(2, dim=-1), cos.chunk(2, dim=-1), sin.chunk(2, dim=-1)
+    return torch.cat([d1 * c1 + d2 * s2, d2 * c2 - d1 * s1], dim=-1)
+
+
 def softmax_ref(x: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
     """Softmax over the last dim, computed in float32 (float64 for float64 inputs, or everything in
     float64 with ``upcast``) and returned in x's dtype (float64 with ``upcast``). A row of all

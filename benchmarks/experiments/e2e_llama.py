@@ -6,8 +6,8 @@
 - ``liger``: the same with what Liger-Kernel's ``apply_liger_kernel_to_llama`` swaps in for
   inference (its RMSNorm, RoPE and SiLU·mul kernels; attention stays SDPA);
 - ``torch.compile``: the ``sdpa`` model compiled by Inductor (default mode);
-- ``tritonforge``: ``backend="tritonforge"`` (RMSNorm, the fused MLP front, FlashAttention; the
-  projections are cuBLAS in every variant).
+- ``tritonforge``: ``backend="tritonforge"`` (RMSNorm, RoPE, the fused MLP front up to 512 token
+  rows, FlashAttention; the projections are cuBLAS in every variant).
 
 Prefill: one sequence of 2048 tokens (a forward without a cache). Decode: one token per row at
 B = 1 and 32 over a KV cache holding 1K, 4K or 8K positions, as ``Llama.decode_step`` (fixed
@@ -39,6 +39,7 @@ import tritonforge as tfg
 from smoke import DEVICE, toy
 from tritonforge import bench
 from tritonforge.models.llama import KVCache, Llama, LlamaConfig, apply_rotary, rotary_tables, sdpa_attention
+from tritonforge.ops.swiglu import front_is_fused
 from tritonforge.reference import rms_norm_ref, swiglu_mlp_front_ref
 
 LAYERS = toy(2, 2)
@@ -91,7 +92,7 @@ class LigerLlama(Llama):
     def _norm(self, x, weight, backend):
         return self.liger[0](x, weight, self.config.eps)
 
-    def _rotary(self, q, k, cos, sin):
+    def _rotary(self, q, k, cos, sin, backend):
         return self.liger[1](q, k, cos, sin)
 
     def _mlp_front(self, x, w_gate, w_up, backend):
@@ -177,11 +178,18 @@ def measure(impl, variant, oracle, phase, shape, layers) -> dict:
 # -- Where the time goes: one layer's ops, alone --------------------------------------------------
 
 
+def front(x, w_gate, w_up):
+    """The tritonforge model's MLP front: the fused kernel for few rows, cuBLAS + tfg.swiglu for many."""
+    if front_is_fused(x.dtype, x.numel() // x.shape[-1]):
+        return tfg.swiglu_mlp_front(x, w_gate, w_up)
+    return tfg.swiglu(x @ w_gate, x @ w_up)
+
+
 def op_table(impl, liger):
     """(norm, rotary, attention, mlp_front) of a variant, as its model calls them."""
     if impl == "tritonforge":
-        return (tfg.rms_norm, apply_rotary, lambda q, k, v, n: tfg.flash_attention(q, k, v, causal=True, kv_lens=n),
-                tfg.swiglu_mlp_front)  # fmt: skip
+        return (tfg.rms_norm, lambda q, k, cos, sin: (tfg.rope(q, cos, sin), tfg.rope(k, cos, sin)),
+                lambda q, k, v, n: tfg.flash_attention(q, k, v, causal=True, kv_lens=n), front)  # fmt: skip
     norm = liger[0] if impl == "liger" else rms_norm_ref
     mlp = liger[2] if impl == "liger" else swiglu_mlp_front_ref
     rotary = liger[1] if impl == "liger" else lambda q, k, cos, sin: (apply_rotary(q, cos, sin), apply_rotary(k, cos, sin))
@@ -193,8 +201,6 @@ def breakdown(impl, liger, model, phase, shape) -> list[dict]:
     cfg = model.config
     layer = model.layers[0]
     norm, rotary, attention, mlp = op_table(impl, liger)
-    if impl == "tritonforge":
-        rotary = lambda q, k, cos, sin: (apply_rotary(q, cos, sin), apply_rotary(k, cos, sin))  # noqa: E731
     gen = torch.Generator(device=DEVICE).manual_seed(3)
     batch, n = shape if phase == "prefill" else (shape[0], 1)
     x = torch.randn(batch, n, cfg.hidden_size, device=DEVICE, dtype=DTYPE, generator=gen)

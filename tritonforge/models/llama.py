@@ -12,9 +12,9 @@ with grouped-query attention (``heads`` query heads over ``kv_heads`` key/value 
 and rotary position embeddings (the ``rotate_half`` form Hugging Face uses). :class:`Llama`
 holds the weights once; ``forward(..., backend="torch")`` computes every step with PyTorch (the
 Hugging Face formulas: the parity reference), ``backend="tritonforge"`` with the package's
-kernels (:func:`tritonforge.rms_norm`, :func:`tritonforge.flash_attention`,
-:func:`tritonforge.swiglu_mlp_front`; float32 on a GPU: cuBLAS then :func:`tritonforge.swiglu`). The
-projections and rotary embeddings are PyTorch in both.
+kernels (:func:`tritonforge.rms_norm`, :func:`tritonforge.rope`, :func:`tritonforge.flash_attention`,
+:func:`tritonforge.swiglu_mlp_front`; float32 or many rows on a GPU: cuBLAS then
+:func:`tritonforge.swiglu`). The projections are PyTorch (cuBLAS) in both.
 
 :class:`KVCache` keeps each layer's keys and values in one preallocated buffer; attention reads
 the filled prefix ``[:, :, :length]`` in place (a strided view, no copy). :func:`generate` is
@@ -40,6 +40,7 @@ import torch
 
 from tritonforge.ops.attention import flash_attention
 from tritonforge.ops.rmsnorm import rms_norm
+from tritonforge.ops.rope import rope
 from tritonforge.ops.swiglu import front_is_fused, swiglu, swiglu_mlp_front
 from tritonforge.reference import flash_attention_ref, rms_norm_ref, swiglu_mlp_front_ref
 
@@ -192,14 +193,16 @@ class Llama(torch.nn.Module):
             q = (h @ layer.wq).view(B, n, cfg.num_heads, cfg.head_dim).transpose(1, 2)  # [B, Hq, n, D], a view
             k = (h @ layer.wk).view(B, n, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
             v = (h @ layer.wv).view(B, n, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
-            q, k = self._rotary(q, k, cos, sin)
+            q, k = self._rotary(q, k, cos, sin, backend)
             a = attend(index, q, k, v)  # [B, Hq, n, D]
             x = x + a.transpose(1, 2).reshape(B, n, -1) @ layer.wo
             m = self._norm(x, layer.mlp_norm, backend)
             x = x + self._mlp_front(m, layer.w_gate, layer.w_up, backend) @ layer.w_down
         return self._norm(x, self.norm, backend) @ self.lm_head
 
-    def _rotary(self, q, k, cos, sin):
+    def _rotary(self, q, k, cos, sin, backend):
+        if backend == "tritonforge":
+            return rope(q, cos, sin), rope(k, cos, sin)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
 
     def _norm(self, x, weight, backend):

@@ -1,0 +1,61 @@
+"""The compute-sanitizer tooling keeps working: ``scripts/sanitize_workload.py`` runs every case at toy
+size on the CPU interpreter (``TRITONFORGE_SMOKE=1``) and passes, and ``scripts/sanitize.sh`` parses.
+
+The real run is ``bash scripts/sanitize.sh OUTDIR`` on a CUDA GPU (memcheck and racecheck over the
+workload at GPU sizes); here only the workload's code paths and checks are exercised.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+WORKLOAD = REPO / "scripts" / "sanitize_workload.py"
+SANITIZE_SH = REPO / "scripts" / "sanitize.sh"
+
+TIMEOUT_S = 300
+"""Far above what the toy run takes (about 15 s on two CPU cores); only a hung interpreter reaches it."""
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRITONFORGE_SMOKE": "1", "TRITONFORGE_STRICT": "1"}
+    return subprocess.run([sys.executable, str(WORKLOAD), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def test_sanitize_sh_parses():
+    result = subprocess.run(["bash", "-n", str(SANITIZE_SH)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_sanitize_sh_needs_an_outdir():
+    result = subprocess.run(["bash", str(SANITIZE_SH)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "usage" in result.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU machine runs the workload itself, under scripts/sanitize.sh")
+def test_every_case_runs_and_passes_at_toy_size():
+    listed = _run("--list")
+    assert listed.returncode == 0, listed.stderr
+    names = listed.stdout.split()
+    assert len(names) >= 20 and len(set(names)) == len(names), names
+    result = _run()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    ok = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("ok ")}
+    assert ok == set(names), f"no 'ok' line for {sorted(set(names) - ok)}\n{output[-6000:]}"
+    assert "WRONG" not in result.stdout and "FAIL" not in result.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU machine runs the workload itself, under scripts/sanitize.sh")
+def test_only_selects_by_name_or_prefix_and_refuses_unknown_names():
+    result = _run("--only", "axpy,program_map")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line.split()[1] for line in result.stdout.splitlines() if line.startswith("ok ")] == ["axpy", "program_map"]
+    unknown = _run("--only", "no_such_op")
+    assert unknown.returncode != 0 and "unknown case" in unknown.stderr
