@@ -168,7 +168,9 @@ class Llama(torch.nn.Module):
         """Logits ``[B, 1, vocab]`` for one token per row, ``ids [B, 1]``, at ``position`` (a
         one-element int64 tensor on the device: the number of positions already in ``cache``).
         Every shape is fixed (attention reads the whole cache buffer, ``kv_lens = position + 1``),
-        so the step can be captured in a CUDA graph. ``cache.length`` is the caller's to advance."""
+        so the step can be captured in a CUDA graph. ``cache.length`` is the caller's to advance, and
+        ``position`` must lie below ``max_positions`` (on the device, it is not checked here;
+        :class:`GraphedDecoder` checks its host-side count)."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if ids.dim() != 2 or ids.shape[1] != 1:

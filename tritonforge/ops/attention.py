@@ -42,6 +42,12 @@ query rows that share that KV head into one tile (each key is read once for all 
 its normalized partial output and its ``lse``, and a second kernel merges a row's partials with
 chapter 6's rule (``lse = log sum_s e^{lse_s}``, ``O = sum_s e^{lse_s - lse} O_s``).
 
+A preallocated KV cache (``kv_lens``): batch row b holds ``kv_lens[b]`` valid keys at the front of
+a longer buffer. Both kernels load the length on the device and treat it as that row's ``Nk``
+(key tail masked, causal diagonal ending at the last valid key; a decode split past the length
+walks nothing). No shape depends on the length, so a decode step over a fixed buffer can be
+replayed from a CUDA graph while the length grows (chapter 9).
+
 Dtypes: float16 and bfloat16 (bf16 from compute capability 8.0), float32 (``tl.dot`` in IEEE
 float32, not TF32); float64 on the interpreter (a GPU routes it to the reference). Scores, the
 online state and ``acc`` in float32 (float64 for float64); ``P`` is rounded to the input dtype
@@ -550,7 +556,7 @@ def flash_attention_fwd(q, k, v, causal: bool, sm_scale: float, p: Plan, kv_lens
                  IEEE_DOT=q.dtype == torch.float32, ACC_DTYPE=acc_dtype(q.dtype), num_warps=p.num_warps,
                  num_stages=p.num_stages)  # fmt: skip
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
-    lens = lse if kv_lens is None else kv_lens  # any pointer when HAS_LENS is off (never read)
+    lens = lse if kv_lens is None else kv_lens.contiguous()  # any pointer when HAS_LENS is off (never read)
     flags["HAS_LENS"] = kv_lens is not None
     qk_scale = split_float(sm_scale * LOG2E)  # (hi, lo): float64 keeps both halves
     if p.strategy == "prefill":
@@ -695,8 +701,9 @@ flash_attention_op.register_vmap(_vmap_rule)
 
 def _check_kv_lens(kv_lens, q, k) -> None:
     """``kv_lens``: a 1-D integer tensor of q's batch size on q's device, each value in
-    ``[0, Nk]``. The values are checked where that costs no harm: not while compiling, capturing a
-    CUDA graph or under a functorch transform (the kernels clamp them to ``[0, Nk]`` there)."""
+    ``[0, Nk]``. The values are checked on the host (one sync) except while compiling, capturing a
+    CUDA graph or under a functorch transform, where reading them is impossible; the kernels
+    clamp them to ``[0, Nk]`` so that no access leaves the buffer."""
     if not isinstance(kv_lens, torch.Tensor):
         raise TypeError(f"kv_lens must be a tensor or None, got {type(kv_lens).__name__}")
     if kv_lens.dtype not in (torch.int32, torch.int64):
