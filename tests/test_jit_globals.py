@@ -38,7 +38,7 @@ def _jit_functions(module):
 
 
 def _allowed(value) -> bool:
-    return isinstance(value, (tl.constexpr, types.ModuleType, types.FunctionType, type)) or hasattr(value, "arg_names") or callable(value)
+    return isinstance(value, (tl.constexpr, types.ModuleType)) or callable(value)  # functions, classes, jit functions
 
 
 def _bad_globals(fn) -> list[str]:

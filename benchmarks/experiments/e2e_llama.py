@@ -29,7 +29,9 @@ Usage (CUDA GPU, repository root): python benchmarks/experiments/e2e_llama.py OU
 Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/e2e_llama.py OUT.json
 """
 
+import datetime
 import json
+import os
 import sys
 
 import torch
@@ -277,9 +279,6 @@ def main(out: str) -> int:
     if DEVICE == "cuda":
         major, minor = torch.cuda.get_device_capability()
         commit, _ = bench.git_state()
-        import datetime
-        import os
-
         data["metadata"].update(compute_capability=f"{major}.{minor}", git_commit=os.environ.get("TRITONFORGE_GIT_COMMIT", commit),
                                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))  # fmt: skip
     with open(out, "w") as f:

@@ -42,7 +42,7 @@ from tritonforge.ops.attention import flash_attention
 from tritonforge.ops.rmsnorm import rms_norm
 from tritonforge.ops.rope import rope
 from tritonforge.ops.swiglu import front_is_fused, swiglu, swiglu_mlp_front
-from tritonforge.reference import flash_attention_ref, rms_norm_ref, swiglu_mlp_front_ref
+from tritonforge.reference import flash_attention_ref, rms_norm_ref, rope_ref, swiglu_mlp_front_ref
 
 BACKENDS = ("torch", "sdpa", "tritonforge")
 
@@ -112,9 +112,9 @@ def rotary_tables(config: LlamaConfig, positions: torch.Tensor, dtype: torch.dty
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = cat(-x2, x1)``: x ``[B, H, n, D]``."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    """``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = cat(-x2, x1)``: x ``[B, H, n, D]``
+    (:func:`tritonforge.reference.rope_ref`, Hugging Face's formula in x's dtype)."""
+    return rope_ref(x, cos, sin)
 
 
 class Llama(torch.nn.Module):

@@ -428,9 +428,9 @@ def fwd_coop_splits(M: int, N: int, dtype: torch.dtype, device: torch.device) ->
     exceptions of :func:`fwd_config`); longer rows on a GPU are held by several programs, read
     once (H200, rows of 64K-128K: 0.86-0.89 of a copy in float32 and 0.75-0.76 in bf16, where
     the two-pass loop that re-reads x made 0.63-0.65 and 0.60-0.72)."""
-    block_n, _, one_pass = fwd_config(M, N, dtype)
-    if one_pass or N <= block_n or N <= row_config(N, dtype)[0]:
-        return 0  # (the last: the measured two-pass exceptions of rows that fit a block)
+    _, _, one_pass = fwd_config(M, N, dtype)
+    if one_pass or N <= row_config(N, dtype)[0]:
+        return 0  # a row that fits one block (the measured two-pass exceptions included)
     return coop_splits(M, N, dtype, runtime.gpu_sm_count(device))
 
 
