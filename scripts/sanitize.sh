@@ -230,8 +230,8 @@ for i in "${!tools[@]}"; do
   verdict="clean"
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     verdict="TIMEOUT after ${limit}s (incomplete: see the last 'start' line)"
-  elif ! grep -aq "ERROR SUMMARY: 0 errors" "$log"; then
-    verdict="ERRORS"
+  elif ! grep -aqE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors, 0 warnings\)" "$log"; then
+    verdict="ERRORS"  # (racecheck ends with its own summary line instead of memcheck's ERROR SUMMARY)
   elif [ "$rc" -ne 0 ]; then
     verdict="FAILED (exit $rc)"
   fi

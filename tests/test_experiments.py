@@ -43,6 +43,7 @@ KEPT = {
     "rmsnorm_fwd_bwd_host.py",
     "rmsnorm_fwd_decode.py",
     "rmsnorm_fwd_passes.py",
+    "row_schedules.py",
 }
 HELPERS = {"smoke.py"}  # imported by the scripts, not a script
 RETIRED = {  # script -> the recorded output it leaves behind
@@ -53,7 +54,8 @@ RETIRED = {  # script -> the recorded output it leaves behind
     "launch_layers.py": "launch-layers-nvidia-h200-2026-11-30.json",
 }
 DELIBERATE_KERNELS = {"_rms_norm_fwd_kernel", "_rms_norm_bwd_kernel", "_softmax_fwd_kernel", "_softmax_coop_kernel", "_softmax_bwd_coop_kernel",
-                      "_rms_norm_fwd_coop_kernel"}
+                      "_rms_norm_fwd_coop_kernel", "_online_state", "_write_softmax", "_softmax_split_state_kernel",
+                      "_softmax_split_write_kernel"}
 """Private names a script may use: a kernel it launches itself with its own choices."""
 
 TIMEOUT_S = 180
@@ -194,6 +196,27 @@ def test_attention_tiles(tmp_path):
     assert {r["case"] for r in ours} == {"prefill", "decode"} and all("error" not in r for r in ours), ours
     assert all(r["err"] < 1e-5 and r["device_us"] > 0 for r in ours)  # float32 toy shapes, checked before timing
     assert len({tuple(r["plan"]) for r in ours if r["case"] == "decode"}) == 2  # two split counts
+
+
+def test_attention_tiles_decode_wide(tmp_path):
+    out = tmp_path / "tiles.json"
+    run_toy("attention_tiles.py", str(out), "decode-wide")
+    ours = [r for r in read_json(out)["rows"] if r["impl"] == "tritonforge"]
+    assert ours and {r["case"] for r in ours} == {"decode"} and all("error" not in r for r in ours), ours
+    assert all(r["err"] < 1e-5 and r["device_us"] > 0 for r in ours)
+    assert len({r["plan"][2] for r in ours}) == 2 and len({r["plan"][5] for r in ours}) == 2  # two blocks, two split counts
+
+
+def test_row_schedules(tmp_path):
+    out = tmp_path / "rows.json"
+    run_toy("row_schedules.py", str(out))
+    rows = read_json(out)["rows"]
+    assert all("error" not in r for r in rows), [r for r in rows if "error" in r]
+    for row in rows:  # every variant checked against float64 before it is timed
+        assert row["err"] <= 2 * tolerance(row) and row["device_us"] > 0, row
+    impls = {(r["op"], r["impl"]) for r in rows}
+    assert impls == {("softmax", i) for i in ("tritonforge", "torch.softmax", "persistent one-pass", "persistent two-pass", "rows", "split")} | {
+        ("rmsnorm", "tritonforge"), ("rmsnorm", "persistent two-pass")}, impls
 
 
 def test_e2e_llama(tmp_path):

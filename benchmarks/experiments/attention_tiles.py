@@ -10,7 +10,11 @@ plan picks; KV bytes per device second as a fraction of the copy bandwidth. Ever
 output is checked against SDPA's math backend in float32 first; a wrong one is reported, not timed.
 Each plan reaches the launcher through ``attention.flash_attention_fwd(q, k, v, causal, scale, plan)``.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/attention_tiles.py OUT.json
+Mode ``decode-wide`` (a second argument): decode only, at B = 64 (Nk = 1K, 4K, 32K; 512 programs of one
+split where cuDNN led) and B = 8 / 1 at the shapes where the plan came within 0.93-0.94 of cuDNN,
+with more tiles and stages, and split counts 1-4 times the plan's.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/attention_tiles.py OUT.json [all|decode-wide]
 Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/attention_tiles.py OUT.json
 """
 
@@ -35,6 +39,18 @@ SPLIT_FACTORS = toy((0.5, 1, 2, 4), (1, 2))
 PREFILL = toy([(4, 32, n, 128, causal) for n in (2048, 8192) for causal in (False, True)], [(1, 2, 40, 16, True)])
 DECODE = toy([(b, 32, 8, nk, 128) for b in (1, 32) for nk in (4096, 32768)], [(1, 4, 2, 70, 16)])
 DTYPE = toy(torch.bfloat16, torch.float32)
+
+MODE = sys.argv[2] if len(sys.argv) > 2 else "all"
+if MODE == "decode-wide":  # the second question (2026-12-01): decode where the plan's one split lost to cuDNN (B = 64),
+    # and the few small shapes at 0.93-0.94 of it; more tiles and stages, split counts 1-4 times the plan's
+    PREFILL = []
+    DECODE = toy([(64, 32, 8, nk, 128) for nk in (1024, 4096, 32768)] + [(8, 32, 8, 1024, 128), (8, 32, 8, 32768, 128), (1, 32, 8, 8192, 128)],
+                 [(3, 4, 2, 70, 16)])  # fmt: skip
+    DECODE_CANDIDATES = toy([(64, 4, 3), (64, 4, 2), (64, 4, 4), (32, 4, 3), (128, 4, 3), (128, 8, 3), (64, 8, 3), (128, 4, 2)],
+                            [(16, 4, 1), (32, 4, 1)])  # fmt: skip
+    SPLIT_FACTORS = toy((1, 2, 3, 4), (1, 2))
+elif MODE != "all":
+    sys.exit(f"mode {MODE!r}: all (default) or decode-wide")
 
 
 def sdpa(q, k, v, causal, backend=None):

@@ -1,0 +1,242 @@
+"""Where do bf16 rows lose bandwidth, and which schedule of programs over rows gets it back?
+
+The package reads long rows well in float32 and poorly in bf16 with the same kernels (H200,
+fraction of a copy: softmax 16384x32K one pass 0.98 fp32 / 0.77 bf16; 4096x128K cooperative 0.89 /
+0.69; RMSNorm 4096x64K 0.89 / 0.76). Same elements per thread, same registers, half the bytes: a
+hint that each program's fixed cost (load latency, the reduction, a barrier) is paid per element,
+not per byte, and that one program per SM does not keep enough bytes in flight to hide it. Three
+schedules that change what is in flight, each beside the package's plan:
+
+- ``persistent one-pass`` (rows up to 32K): ``PROGS`` programs per SM loop over rows
+  (``tl.range(..., num_stages=STAGES)``): with STAGES > 1 Triton's pipeliner may issue the next
+  row's load while this row reduces. Same traffic as one pass (1 read, 1 write).
+- ``persistent two-pass``: the online statistics then the output (2 reads + 1 write as issued),
+  but only ``PROGS`` programs per SM, so the rows in flight (132 * PROGS rows) fit the 50 MB L2
+  and the re-read hits it: 1 read + 1 write from HBM, with small blocks (few registers) and the
+  loop's own pipelining. (The package's online path launches one program per row; with hundreds
+  resident, their rows overflow L2: 0.62 at 4096x128K.)
+- ``split`` for few long rows (the package's two split kernels with a chosen SPLITS): pass 1
+  writes each chunk's state, pass 2 re-reads the chunk (from L2: 64 rows of 128K bf16 are 16 MB).
+- ``rows`` (rows of 1K): ``ROWS`` rows per program as one 2D block (more bytes per program).
+
+Every variant is checked against float64 first (a wrong one is reported, not timed); times are
+device time (CUDA-graph replay, median); fractions are of the big copy's bandwidth
+(``copy_gbps``) and of a same-size copy's device time (``of_same_copy``: ``y.copy_(x)`` with the
+same bytes read and written).
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/row_schedules.py OUT.json
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/row_schedules.py OUT.json
+"""
+
+import json
+import sys
+
+import torch
+
+import smoke  # first: imports tritonforge before triton
+import tritonforge as tfg
+from smoke import DEVICE, toy
+from tritonforge.ops.softmax import _online_state, _write_softmax
+from tritonforge.ops.softmax import plan as softmax_plan
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_persistent_kernel(x_ptr, y_ptr, M, N, stride, BLOCK_N: tl.constexpr, ROW_FITS: tl.constexpr, STAGES: tl.constexpr):
+    """Programs loop over rows (row = pid, pid + programs, ...): one pass when the row fits one
+    block (the loop pipelined over rows), else the online state then the output."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    if ROW_FITS:
+        mask = cols < N
+        for row in tl.range(pid, M, programs, num_stages=STAGES):
+            r = tl.cast(row, tl.int64)
+            x = tl.load(x_ptr + r * stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+            e = tl.exp(x - tl.max(x, axis=0))
+            tl.store(y_ptr + r * N + cols, (e * (1.0 / tl.sum(e, axis=0))).to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        for row in range(pid, M, programs):
+            r = tl.cast(row, tl.int64)
+            m, s = _online_state(x_ptr + r * stride, 0, N, BLOCK_N, tl.float32)
+            _write_softmax(x_ptr + r * stride, y_ptr + r * N, 0, N, m, s, BLOCK_N, tl.float32, False)
+
+
+@triton.jit
+def _softmax_rows_kernel(x_ptr, y_ptr, M, N, stride, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """ROWS rows per program as one [ROWS, BLOCK_N] block."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    r = rows.to(tl.int64)[:, None]
+    x = tl.load(x_ptr + r * stride + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=1)[:, None])
+    e = tl.where(mask, e, 0.0)  # rows past M: all -inf would give NaN (masked at the store anyway)
+    y = e * (1.0 / tl.sum(e, axis=1))[:, None]
+    tl.store(y_ptr + r * N + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rmsnorm_persistent_kernel(x_ptr, w_ptr, y_ptr, M, N, stride, eps, BLOCK_N: tl.constexpr):
+    """Programs loop over rows: pass 1 the sum of squares (x kept in L2), pass 2 the output
+    (x re-read, its last use). Hugging Face's rounding order, as the package."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    for row in range(pid, M, programs):
+        x_row = x_ptr + tl.cast(row, tl.int64) * stride
+        y_row = y_ptr + tl.cast(row, tl.int64) * N
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            mask = start + cols < N
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            acc += x * x
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+        for start in range(0, N, BLOCK_N):
+            mask = start + cols < N
+            x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            w = tl.load(w_ptr + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            x_hat = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+            tl.store(y_row + start + cols, (x_hat * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+SMS = torch.cuda.get_device_properties(0).multi_processor_count if DEVICE == "cuda" else 2
+
+
+def persistent_call(x, y, progs, block, warps, stages=1, rows_fit=True):
+    m, n = x.shape
+    grid = (min(m, SMS * progs),)
+
+    def call():
+        _softmax_persistent_kernel[grid](x, y, m, n, x.stride(0), BLOCK_N=block, ROW_FITS=rows_fit, STAGES=stages, num_warps=warps)
+        return y
+
+    return call
+
+
+def rows_call(x, y, rows, warps):
+    m, n = x.shape
+
+    def call():
+        _softmax_rows_kernel[(triton.cdiv(m, rows),)](x, y, m, n, x.stride(0), ROWS=rows, BLOCK_N=triton.next_power_of_2(n), num_warps=warps)
+        return y
+
+    return call
+
+
+def split_call(x, y, splits, block, warps):
+    from tritonforge.ops import softmax
+
+    m, n = x.shape
+    chunk = triton.cdiv(triton.cdiv(n, block), splits) * block
+    ms = torch.empty(m, splits, device=x.device, dtype=torch.float32)
+    ss = torch.empty_like(ms)
+    flags = dict(SPLITS=splits, BLOCK_N=block, ACC_DTYPE=tl.float32, num_warps=warps)
+
+    def call():
+        softmax._softmax_split_state_kernel[(m, splits)](x, ms, ss, x.stride(0), n, chunk, **flags)
+        softmax._softmax_split_write_kernel[(m, splits)](x, y, ms, ss, x.stride(0), n, chunk, ROUND_BF16=False, **flags)
+        return y
+
+    return call
+
+
+def rmsnorm_call(x, w, y, progs, block, warps):
+    m, n = x.shape
+    grid = (min(m, SMS * progs),)
+
+    def call():
+        _rmsnorm_persistent_kernel[grid](x, w, y, m, n, x.stride(0), 1e-6, BLOCK_N=block, num_warps=warps)
+        return y
+
+    return call
+
+
+def measure(op, m, n, dtype, impl, call, ref, nbytes, same_copy_us, **extra) -> dict:
+    out = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:], "impl": impl, **extra}
+    try:
+        got = call()
+        smoke.synchronize()
+        out["err"] = ((got.double() - ref).abs().max() / ref.abs().max()).item()
+        if out["err"] < 2e-2:
+            out["device_us"] = smoke.device_us(call)
+            out["fraction_of_copy"] = nbytes / out["device_us"] / 1e3 / copy["gbps"]
+            out["of_same_copy"] = same_copy_us / out["device_us"]
+    except Exception as exc:  # noqa: BLE001 - reported, not fatal
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    print(out, flush=True)
+    return out
+
+
+def softmax_variants(m, n, dtype):
+    """(impl, extra, factory(x, y) -> call) for one softmax shape."""
+    out = []
+    if n <= toy(32768, 256):
+        block = triton.next_power_of_2(n)  # bound into each lambda below: the loops further down reuse the name
+        for progs in (1, 2):
+            for stages in (1, 2, 3):
+                for warps in toy((16, 32) if block >= 16384 else (4, 8, 16), (1,)):
+                    out.append(("persistent one-pass", dict(progs=progs, stages=stages, warps=warps),
+                                lambda x, y, p=progs, s=stages, w=warps, b=block: persistent_call(x, y, p, b, w, s, True)))  # fmt: skip
+    if n <= toy(2048, 256):
+        for rows in (2, 4, 8):
+            for warps in toy((4, 8), (1,)):
+                out.append(("rows", dict(rows=rows, warps=warps), lambda x, y, r=rows, w=warps: rows_call(x, y, r, w)))
+    if n >= toy(16384, 256) and m >= toy(1024, 2):
+        for progs in (1, 2, 4):
+            for block in toy((4096, 8192), (64,)):
+                for warps in toy((8, 16), (1,)):
+                    out.append(("persistent two-pass", dict(progs=progs, block=block, warps=warps),
+                                lambda x, y, p=progs, b=block, w=warps: persistent_call(x, y, p, b, w, 1, False)))  # fmt: skip
+    if m <= toy(256, 8):
+        for splits in toy((8, 16, 32), (2,)):
+            for warps in toy((8, 16), (1,)):
+                out.append(("split", dict(splits=splits, block=4096, warps=warps),
+                            lambda x, y, s=splits, w=warps: split_call(x, y, s, toy(4096, 64), w)))  # fmt: skip
+    return out
+
+
+CASES = toy(
+    [("softmax", 16384, 32768, torch.bfloat16), ("softmax", 16384, 16384, torch.bfloat16), ("softmax", 16384, 1024, torch.bfloat16),
+     ("softmax", 4096, 131072, torch.bfloat16), ("softmax", 64, 131072, torch.bfloat16), ("softmax", 64, 262144, torch.bfloat16),
+     ("rmsnorm", 4096, 65536, torch.bfloat16), ("rmsnorm", 2048, 131072, torch.bfloat16),
+     ("softmax", 16384, 32768, torch.float32), ("softmax", 4096, 131072, torch.float32), ("softmax", 64, 131072, torch.float32),
+     ("rmsnorm", 4096, 65536, torch.float32), ("rmsnorm", 2048, 131072, torch.float32)],
+    [("softmax", 5, 200, torch.float32), ("softmax", 3, 256, torch.bfloat16), ("rmsnorm", 3, 200, torch.float32)],
+)  # fmt: skip
+
+copy = smoke.copy_ceiling()
+print("copy GB/s", round(copy["gbps"], 1), flush=True)
+results = []
+for op, m, n, dtype in CASES:
+    x = (4 * torch.randn(m, n, device=DEVICE)).to(dtype)
+    y = torch.empty_like(x)
+    nbytes = 2 * m * n * x.element_size()
+    same_copy_us = smoke.device_us(lambda: y.copy_(x))
+    args = (op, m, n, dtype)
+    if op == "softmax":
+        ref = torch.softmax(x.double(), -1)
+        results.append(measure(*args, "tritonforge", lambda: tfg.softmax(x), ref, nbytes, same_copy_us,
+                               plan=list(softmax_plan(m, n, dtype, x.device))))  # fmt: skip
+        results.append(measure(*args, "torch.softmax", lambda: torch.softmax(x, -1), ref, nbytes, same_copy_us))
+        for impl, extra, factory in softmax_variants(m, n, dtype):
+            results.append(measure(*args, impl, factory(x, y), ref, nbytes, same_copy_us, **extra))
+    else:
+        w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(dtype)
+        xd = x.double()
+        ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype).double() * w.double()
+        results.append(measure(*args, "tritonforge", lambda: tfg.rms_norm(x, w, 1e-6), ref, nbytes, same_copy_us))
+        for progs in (1, 2, 4):
+            for block in toy((4096, 8192), (64,)):
+                for warps in toy((8, 16), (1,)):
+                    results.append(measure(*args, "persistent two-pass", rmsnorm_call(x, w, y, progs, block, warps), ref, nbytes,
+                                           same_copy_us, progs=progs, block=block, warps=warps))  # fmt: skip
+    del x, y, ref
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+    with open(sys.argv[1], "w") as f:  # after every case: a run stopped early keeps what it measured
+        json.dump({"device": smoke.device_name(), "torch": torch.__version__, "triton": triton.__version__, "copy": copy,
+                   "sms": SMS, "rows": results, **smoke.meta()}, f, indent=1)  # fmt: skip
+print("wrote", sys.argv[1])
