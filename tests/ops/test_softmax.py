@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import tritonforge as tfg
+from tritonforge import runtime
 from tritonforge.ops import softmax as softmax_module
 from tritonforge.ops.softmax import plan, softmax
 from tritonforge.reference import softmax_bwd_ref, softmax_ref
@@ -138,6 +139,47 @@ def test_cooperative_plan_keeps_a_row_within_the_gpu():
     assert softmax_module._plan_cached(4096, 41 * 8192, **{**sm90, "sms": 40}).strategy == "online"
 
 
+def test_pipelined_plan_only_where_its_rows_fit_shared_memory():
+    """One pass by persistent programs with 3 rows in flight: rows of >= 64 KB whose 3 stages fit
+    the device's shared memory (H200: bf16/fp16 rows of 32K); not rows of 32 KB (measured slower),
+    not float32 rows of 32K (384 KB), not a T4 (64 KB), not the interpreter (no shared memory)."""
+    h200 = dict(sms=132, fit=32768, loop_block=4096, max_splits=64, cooperative=True, shared=232448)
+    pipelined = softmax_module.Plan("one-pass", 32768, 16, stages=softmax_module.PIPELINE_STAGES)
+    assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **h200) == pipelined
+    assert softmax_module._plan_cached(3, 20001, torch.float16, **h200) == pipelined
+    assert softmax_module._plan_cached(16384, 16384, torch.bfloat16, **h200).stages == 1
+    assert softmax_module._plan_cached(16384, 32768, torch.float32, **h200).stages == 1
+    assert softmax_module._plan_cached(16384, 32768, torch.float16, **{**h200, "sms": 40, "shared": 65536}).stages == 1
+    assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **{**h200, "cooperative": False, "shared": None}).stages == 1
+    assert plan(16384, 32768, torch.bfloat16, torch.device("cpu")).stages == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=_name)
+def test_pipelined_kernel(monkeypatch, dtype, device):
+    """The persistent kernel at any size (its plan forced): programs that take several rows each
+    (7 and 300 rows over at most INTERPRETER_SMS or the GPU's SMs), masked tails, a strided row, and
+    the rows torch.softmax gives NaN for."""
+    _skip_unsupported(dtype, device)
+    real_plan = softmax_module.plan
+
+    def forced(M, N, dtype, device):
+        p = real_plan(M, N, dtype, device)
+        return p._replace(stages=softmax_module.PIPELINE_STAGES) if p.strategy == "one-pass" else p
+
+    monkeypatch.setattr(softmax_module, "plan", forced)
+    for M, N in [(7, 37), (300, 100)] if device == "cpu" else [(7, 37), (300, 1000), (1000, 32768)]:
+        _check(torch.randn(M, N, dtype=dtype, device=device) * 3)
+        _check(torch.randn(M, N + 9, dtype=dtype, device=device)[:, :N])
+    x = torch.randn(7, 37, dtype=dtype, device=device)
+    x[2] = -float("inf")
+    x[5, 3] = float("nan")
+    y = softmax(x)
+    expected = torch.softmax(x.double(), -1)
+    assert torch.equal(torch.isnan(y), torch.isnan(expected))
+    ok = ~torch.isnan(expected)
+    assert torch.allclose(y.double()[ok], expected[ok], rtol=0, atol=4 * torch.finfo(dtype).eps)
+
+
 @pytest.mark.parametrize("shape", [(6, 37), (3, 5, 16)], ids=str)
 def test_gradcheck_fp64_through_the_kernels(strategy, shape, device):
     """Past the lowered limits for online and split (rows of 71 > 64): gradcheck's fast mode (a
@@ -198,6 +240,8 @@ def test_gpu_each_strategy_is_reached():
     assert plan(64, 131072, torch.float32, device).strategy == "cooperative"
     assert plan(1, 131072, torch.bfloat16, device).strategy == "split"
     assert plan(4096, 2_000_000, torch.float32, device).strategy == "online"  # over COOP_MAX_SPLITS chunks
+    if runtime.shared_memory_per_block(device) >= 3 * 65536 + 1024:  # an H100/H200: rows of 64 KB pipelined
+        assert plan(16384, 32768, torch.bfloat16, device).stages == softmax_module.PIPELINE_STAGES
 
 
 @pytest.mark.gpu

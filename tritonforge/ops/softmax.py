@@ -26,7 +26,10 @@ which needs only ``y`` (saved by the forward), never ``x``: read ``dy`` and ``y`
 Four forward strategies, chosen per call by :func:`plan`:
 
 - **one pass** (``N <= ROW_FIT_LIMIT``): one program per row holds the row in registers: read
-  once, write once (the least traffic, 2 tensors' worth);
+  once, write once (the least traffic, 2 tensors' worth). Rows of 64 KB and more (bf16 rows of
+  32K) on a GPU whose shared memory holds three of them take persistent programs instead, each
+  looping over rows with the next two loading while one reduces (``Plan.stages``; H200: 0.77 ->
+  0.93 of a copy);
 - **cooperative** (longer rows on a GPU, enough of them to give every SM a program): each row is
   held by ``cdiv(N, COOP_CHUNK)`` programs, each its chunk in registers; they publish their
   chunks' states, meet at a per-row barrier (:func:`~tritonforge.kernel_utils.row_barrier`), merge
@@ -56,7 +59,7 @@ reference for ``create_graph`` and for forward-mode AD / ``torch.func`` transfor
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -145,6 +148,31 @@ def _softmax_fwd_kernel(
     else:
         m, s = _online_state(x_row, 0, N, BLOCK_N, ACC_DTYPE)
         _write_softmax(x_row, y_row, 0, N, m, s, BLOCK_N, ACC_DTYPE, ROUND_BF16)
+
+
+@triton.jit
+def _softmax_fwd_pipelined_kernel(
+    x_ptr,  # *x [M, N]: row stride x_row_stride, unit column stride
+    y_ptr,  # *y [M, N], contiguous, x's dtype
+    x_row_stride,
+    M,
+    N,
+    BLOCK_N: tl.constexpr,  # >= N: the whole row in registers
+    STAGES: tl.constexpr,  # rows in flight per program (software pipelining through shared memory)
+    ACC_DTYPE: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
+):
+    """One pass, persistent: program p takes rows p, p + programs, ...; Triton's pipeliner loads
+    the next STAGES - 1 rows into shared memory while this one reduces and stores, so the SM's
+    memory traffic never waits for a reduction (a program per row holds one row and idles)."""
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    for row in tl.range(tl.program_id(0), M, tl.num_programs(0), num_stages=STAGES):
+        r = tl.cast(row, tl.int64)
+        x = tl.load(x_ptr + r * x_row_stride + cols, mask=mask, other=-float("inf")).to(ACC_DTYPE)
+        e = tl.exp(x - tl.max(x, axis=0))
+        y = e * (1.0 / tl.sum(e, axis=0))
+        tl.store(y_ptr + r * N + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
 @triton.jit
@@ -344,15 +372,27 @@ MAX_SPLITS = 64
 INTERPRETER_SMS = 4
 """What the heuristics take as the SM count in the interpreter (it has none): few splits."""
 
+PIPELINE_MIN_ROW_BYTES = 65536
+"""Rows of at least this many bytes that one program holds take the pipelined persistent kernel
+where ``PIPELINE_STAGES`` of them fit the device's shared memory. H200, bf16 16384 x 32768 (64 KB
+rows): a program per row 655 us (0.77 of a copy), persistent with 3 stages 545 us (0.93); rows of
+32 KB (bf16 16384 x 16384) lost with it (269 -> 283-296 us), float32 rows of 32K (128 KB) cannot
+hold 3 stages and a program per row already makes 0.99
+(benchmarks/experiments/row-schedules-nvidia-h200-2026-12-01.json)."""
+
+PIPELINE_STAGES = 3
+
 
 class Plan(NamedTuple):
-    """How one call runs: ``strategy`` is "one-pass", "cooperative", "online" or "split"."""
+    """How one call runs: ``strategy`` is "one-pass", "cooperative", "online" or "split";
+    ``stages`` > 1: one pass by persistent programs, that many rows in flight each."""
 
     strategy: str
     block_n: int
     num_warps: int
     splits: int = 1
     chunk: int = 0
+    stages: int = 1
 
 
 def _warps(block_n: int) -> int:
@@ -368,16 +408,20 @@ def plan(M: int, N: int, dtype: torch.dtype, device: torch.device) -> Plan:
     chunks so that about four programs per SM work (a power of two of chunks, each a whole number
     of loop blocks)."""
     sms = runtime.gpu_sm_count(device)
-    return _plan_cached(M, N, dtype, sms or INTERPRETER_SMS, ROW_FIT_LIMIT, LOOP_BLOCK_N, MAX_SPLITS, sms is not None)
+    shared = runtime.shared_memory_per_block(device) if sms is not None else None
+    return _plan_cached(M, N, dtype, sms or INTERPRETER_SMS, ROW_FIT_LIMIT, LOOP_BLOCK_N, MAX_SPLITS, sms is not None, shared)
 
 
 @functools.lru_cache(maxsize=4096)
 def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_block: int, max_splits: int,
-                 cooperative: bool = False) -> Plan:  # fmt: skip
+                 cooperative: bool = False, shared: Optional[int] = None) -> Plan:  # fmt: skip
     if dtype == torch.float64:
         fit, loop_block = fit // 2, loop_block // 2
     width = triton.next_power_of_2(max(N, 1))
     if width <= fit:
+        row_bytes = width * dtype.itemsize
+        if shared is not None and row_bytes >= PIPELINE_MIN_ROW_BYTES and PIPELINE_STAGES * row_bytes + 1024 <= shared:
+            return Plan("one-pass", width, _warps(width), stages=PIPELINE_STAGES)
         return Plan("one-pass", width, _warps(width))
     coop = coop_splits(M, N, dtype, sms if cooperative else None)
     if coop:
@@ -415,6 +459,10 @@ def softmax_fwd(x: torch.Tensor) -> torch.Tensor:
         _softmax_coop_kernel[(M * p.splits,)](x_rows, y, m, s, coop_counters(M, x.device), x_rows.stride(0), N, SPLITS=p.splits, CHUNK=p.chunk,
                                               SPLITS_P2=triton.next_power_of_2(p.splits), ROUND_BF16=rounding,
                                               num_warps=p.num_warps, **flags)  # fmt: skip
+        return y
+    if p.stages > 1:
+        _softmax_fwd_pipelined_kernel[(min(M, runtime.gpu_sm_count(x.device) or INTERPRETER_SMS),)](
+            x_rows, y, x_rows.stride(0), M, N, BLOCK_N=p.block_n, STAGES=p.stages, ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
         return y
     if p.strategy != "split":
         _softmax_fwd_kernel[(M,)](x_rows, y, x_rows.stride(0), N, BLOCK_N=p.block_n, ROW_FITS=p.strategy == "one-pass",
