@@ -158,6 +158,16 @@ def test_plan():
     assert decode.splits * 8 <= 132 < decode.splits * 8 / 0.95 and decode.splits <= attention_module.MAX_SPLITS  # one full wave
     assert (decode.splits - 1) * decode.chunk < 32768 <= decode.splits * decode.chunk  # no empty split
     assert attention_module._plan_cached(32, 32, 1, 128, 8, 32768, 2, 232448, 132).splits == 1  # 256 heads: one split
+    # Key blocks of 128 for chunks of >= 512 keys where 3 stages fit (H200); 64 on a T4 or for short chunks.
+    wide = attention_module._plan_cached(64, 32, 1, 128, 8, 1000, 2, 232448, 132)
+    assert (wide.block_n, wide.splits, wide.chunk) == (128, 1, 1024)
+    assert attention_module._plan_cached(1, 32, 1, 128, 8, 8192, 2, 232448, 132)[2:] == (128, 4, 3, 16, 512)
+    assert attention_module._plan_cached(1, 32, 1, 128, 8, 4096, 2, 232448, 132).block_n == 64  # 16 chunks of 256 keys
+    assert attention_module._plan_cached(64, 32, 1, 128, 8, 4096, 2, 65536, 40).block_n < 128  # a T4: 3 stages of 128 keys > 64 KB
+    for nk in (1, 511, 512, 1000, 5000, 32768, 100003):
+        for b in (1, 8, 64):
+            p = attention_module._plan_cached(b, 32, 1, 128, 8, nk, 2, 232448, 132)
+            assert p.chunk % p.block_n == 0 and (p.splits - 1) * p.chunk < nk <= p.splits * p.chunk, (b, nk, p)
     for heads in range(1, 140):  # whole waves: the busiest SM sets a memory-bound kernel's time
         splits, chunk = attention_module._decode_splits(heads, 512, 132)
         assert (splits - 1) * chunk < 512 <= splits * chunk and splits <= attention_module.MAX_SPLITS

@@ -140,15 +140,17 @@ def test_cooperative_plan_keeps_a_row_within_the_gpu():
 
 
 def test_pipelined_plan_only_where_its_rows_fit_shared_memory():
-    """One pass by persistent programs with 3 rows in flight: rows of >= 64 KB whose 3 stages fit
-    the device's shared memory (H200: bf16/fp16 rows of 32K); not rows of 32 KB (measured slower),
-    not float32 rows of 32K (384 KB), not a T4 (64 KB), not the interpreter (no shared memory)."""
+    """One pass by persistent programs with 3 rows in flight: blocks of 32K elements whose 3 stages
+    fit the device's shared memory (H200: bf16/fp16 rows of 16K-32K); not narrower rows (measured
+    slower: bf16 and float32 rows of 16K), not float32 rows of 32K (384 KB), not a T4 (64 KB), not
+    the interpreter (no shared memory)."""
     h200 = dict(sms=132, fit=32768, loop_block=4096, max_splits=64, cooperative=True, shared=232448)
     pipelined = softmax_module.Plan("one-pass", 32768, 16, stages=softmax_module.PIPELINE_STAGES)
     assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **h200) == pipelined
     assert softmax_module._plan_cached(3, 20001, torch.float16, **h200) == pipelined
     assert softmax_module._plan_cached(16384, 16384, torch.bfloat16, **h200).stages == 1
     assert softmax_module._plan_cached(16384, 32768, torch.float32, **h200).stages == 1
+    assert softmax_module._plan_cached(16384, 16384, torch.float32, **h200).stages == 1
     assert softmax_module._plan_cached(16384, 32768, torch.float16, **{**h200, "sms": 40, "shared": 65536}).stages == 1
     assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **{**h200, "cooperative": False, "shared": None}).stages == 1
     assert plan(16384, 32768, torch.bfloat16, torch.device("cpu")).stages == 1
@@ -167,7 +169,7 @@ def test_pipelined_kernel(monkeypatch, dtype, device):
         return p._replace(stages=softmax_module.PIPELINE_STAGES) if p.strategy == "one-pass" else p
 
     monkeypatch.setattr(softmax_module, "plan", forced)
-    for M, N in [(7, 37), (300, 100)] if device == "cpu" else [(7, 37), (300, 1000), (1000, 32768)]:
+    for M, N in [(7, 37), (300, 100)] if device == "cpu" else [(7, 37), (300, 1000), (1000, 65536 // dtype.itemsize)]:  # 3 x 64 KB
         _check(torch.randn(M, N, dtype=dtype, device=device) * 3)
         _check(torch.randn(M, N + 9, dtype=dtype, device=device)[:, :N])
     x = torch.randn(7, 37, dtype=dtype, device=device)

@@ -403,6 +403,14 @@ DECODE_MAX_ROWS = 128
 MAX_SPLITS = 128
 """Most chunks the keys are split into on the decode path."""
 
+DECODE_WIDE_MIN_CHUNK = 512
+"""Keys per decode program from which its key blocks are 128 wide (not 64) where 3 stages of them
+fit shared memory. H200, bf16, 32 query over 8 KV heads, D = 128, device time, same splits
+(benchmarks/experiments/attention-decode-wide-nvidia-h200-2026-12-01.json): B = 64 at 1K / 4K /
+32K keys 69.7 / 266.9 / 2135.6 us with 64, 66.9 / 237.6 / 1847.4 with 128 (cuDNN 64.6 / 237.1 /
+1852.9); B = 8 at 1K and 32K 11.5 and 253.6 -> 10.0 and 237.4; B = 1 at 8K 11.9 -> 10.3. Shorter
+chunks keep 64 (the 2026-11-30 sweep: chunks of 128 keys, B = 1, 4K: 8.2 us with 64, 9.8 with 128)."""
+
 MAX_HEAD_DIM = 256
 
 INTERPRETER_BLOCK = 16
@@ -471,7 +479,12 @@ def _plan_cached(B, Hq, Nq, D, Hkv, Nk, element_size, shared, sms) -> Optional[P
             if _tile_bytes(block_m, block_n, head_d, stages, element_size) > shared:
                 return None
         splits, chunk = _decode_splits(B * Hkv, triton.cdiv(max(Nk, 1), block_n), sms)
-        return Plan("decode", block_m, block_n, warps, stages, splits, chunk * block_n)
+        chunk *= block_n  # in keys
+        wide = 2 * block_n
+        if block_n == 64 and chunk >= DECODE_WIDE_MIN_CHUNK and _tile_bytes(block_m, wide, head_d, stages, element_size) <= shared:
+            chunk = triton.cdiv(chunk, wide) * wide
+            block_n, splits = wide, triton.cdiv(max(Nk, 1), chunk)
+        return Plan("decode", block_m, block_n, warps, stages, splits, chunk)
     if shared is None:
         return Plan("prefill", INTERPRETER_BLOCK, INTERPRETER_BLOCK, 4, 1)
     for block_m, block_n, warps, stages in PREFILL_TILES:

@@ -26,8 +26,8 @@ which needs only ``y`` (saved by the forward), never ``x``: read ``dy`` and ``y`
 Four forward strategies, chosen per call by :func:`plan`:
 
 - **one pass** (``N <= ROW_FIT_LIMIT``): one program per row holds the row in registers: read
-  once, write once (the least traffic, 2 tensors' worth). Rows of 64 KB and more (bf16 rows of
-  32K) on a GPU whose shared memory holds three of them take persistent programs instead, each
+  once, write once (the least traffic, 2 tensors' worth). 16-bit rows of 16K-32K elements on a
+  GPU whose shared memory holds three of them take persistent programs instead, each
   looping over rows with the next two loading while one reduces (``Plan.stages``; H200: 0.77 ->
   0.93 of a copy);
 - **cooperative** (longer rows on a GPU, enough of them to give every SM a program): each row is
@@ -372,13 +372,15 @@ MAX_SPLITS = 64
 INTERPRETER_SMS = 4
 """What the heuristics take as the SM count in the interpreter (it has none): few splits."""
 
-PIPELINE_MIN_ROW_BYTES = 65536
-"""Rows of at least this many bytes that one program holds take the pipelined persistent kernel
-where ``PIPELINE_STAGES`` of them fit the device's shared memory. H200, bf16 16384 x 32768 (64 KB
-rows): a program per row 655 us (0.77 of a copy), persistent with 3 stages 545 us (0.93); rows of
-32 KB (bf16 16384 x 16384) lost with it (269 -> 283-296 us), float32 rows of 32K (128 KB) cannot
-hold 3 stages and a program per row already makes 0.99
-(benchmarks/experiments/row-schedules-nvidia-h200-2026-12-01.json)."""
+PIPELINE_MIN_WIDTH = 32768
+"""Rows this wide (as one block) take the pipelined persistent kernel where ``PIPELINE_STAGES`` of
+them fit the device's shared memory: 16-bit rows of 16K-32K elements on an H100/H200. H200, bf16
+16384 x 32768: a program per row 655 us device time (0.77 of a copy), persistent with 3 stages
+545 us (0.93; benchmarks/experiments/row-schedules-nvidia-h200-2026-12-01.json). Narrower rows
+keep a program each: bf16 16384 x 16384 lost with it (269 -> 283-296 us, same file) and so did
+float32 16384 x 16384, rows of the same 64 KB (0.90 of a copy in the 2026-12-01 softmax record,
+0.98 with a program per row in long-rows-one-pass-...-2026-11-30.json); float32 rows of 32K
+(3 x 128 KB) do not fit and already make 0.99."""
 
 PIPELINE_STAGES = 3
 
@@ -419,8 +421,7 @@ def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_bl
         fit, loop_block = fit // 2, loop_block // 2
     width = triton.next_power_of_2(max(N, 1))
     if width <= fit:
-        row_bytes = width * dtype.itemsize
-        if shared is not None and row_bytes >= PIPELINE_MIN_ROW_BYTES and PIPELINE_STAGES * row_bytes + 1024 <= shared:
+        if shared is not None and width >= PIPELINE_MIN_WIDTH and PIPELINE_STAGES * width * dtype.itemsize + 1024 <= shared:
             return Plan("one-pass", width, _warps(width), stages=PIPELINE_STAGES)
         return Plan("one-pass", width, _warps(width))
     coop = coop_splits(M, N, dtype, sms if cooperative else None)
