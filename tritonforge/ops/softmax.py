@@ -378,8 +378,9 @@ them fit the device's shared memory: 16-bit rows of 16K-32K elements on an H100/
 16384 x 32768: a program per row 655 us device time (0.77 of a copy), persistent with 3 stages
 545 us (0.93; benchmarks/experiments/row-schedules-nvidia-h200-2026-12-01.json). Narrower rows
 keep a program each: bf16 16384 x 16384 lost with it (269 -> 283-296 us, same file) and so did
-float32 16384 x 16384, rows of the same 64 KB (0.90 of a copy in the 2026-12-01 softmax record,
-0.98 with a program per row in long-rows-one-pass-...-2026-11-30.json); float32 rows of 32K
+float32 16384 x 16384, rows of the same 64 KB (556.6 us where Liger's program per row took 522.5:
+benchmarks/results/long-rows/softmax-16k-32k-pipelined-nvidia-h200-2026-12-01.json; ours with a
+program per row made 0.98 of a copy in long-rows-one-pass-...-2026-11-30.json); float32 rows of 32K
 (3 x 128 KB) do not fit and already make 0.99."""
 
 PIPELINE_STAGES = 3
