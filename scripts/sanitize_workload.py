@@ -283,7 +283,7 @@ def _(c: Case) -> None:
 def softmax_strategy(M: int, N: int, dtype: torch.dtype) -> str:
     try:
         p = softmax_mod.plan(M, N, dtype, DEVICE)
-        return p.strategy + (f" x{p.splits}" if p.splits > 1 else "")
+        return p.strategy + (" pipelined" if p.stages > 1 else "") + (f" x{p.splits}" if p.splits > 1 else "")
     except Exception as exc:  # noqa: BLE001 - a description only
         return f"? ({type(exc).__name__})"
 
@@ -343,6 +343,15 @@ def softmax_online_plan() -> Iterator[None]:
 def _(c: Case) -> None:
     run_softmax(c, pick(64, 5), pick(1000, 37), FP32, expected="one-pass", masked=True)
     run_softmax(c, pick(300, 3), pick(4096, 64), BF16, expected="one-pass")
+
+
+@case("softmax/pipelined")
+def _(c: Case) -> None:
+    # Blocks of 32K in 16-bit: persistent programs (one per SM) looping over 300 rows, 3 in flight
+    # through shared memory where it holds them (H100/H200); a program per row elsewhere.
+    shared = None if SMALL else runtime.shared_memory_per_block(torch.device(DEVICE))
+    pipelined = shared is not None and shared >= softmax_mod.PIPELINE_STAGES * 65536 + 1024
+    run_softmax(c, pick(300, 5), pick(20000, 50), BF16, expected="one-pass pipelined" if pipelined else "one-pass", masked=True)
     run_softmax(c, 4, pick(32768, 64), BF16, expected="one-pass")  # ROW_FIT_LIMIT itself: 16 warps
 
 
