@@ -339,20 +339,24 @@ def softmax_online_plan() -> Iterator[None]:
         softmax_mod.plan = original
 
 
+def one_pass_16bit_32k() -> str:
+    """The plan label of 16-bit rows in blocks of 32K: persistent programs with 3 rows in flight
+    where shared memory holds them (H100/H200), a program per row elsewhere and at toy sizes."""
+    shared = None if SMALL else runtime.shared_memory_per_block(torch.device(DEVICE))
+    return "one-pass pipelined" if shared is not None and shared >= softmax_mod.PIPELINE_STAGES * 65536 + 1024 else "one-pass"
+
+
 @case("softmax/one-pass")
 def _(c: Case) -> None:
     run_softmax(c, pick(64, 5), pick(1000, 37), FP32, expected="one-pass", masked=True)
     run_softmax(c, pick(300, 3), pick(4096, 64), BF16, expected="one-pass")
+    run_softmax(c, 4, pick(32768, 64), BF16, expected=one_pass_16bit_32k())  # ROW_FIT_LIMIT itself: 16 warps
 
 
 @case("softmax/pipelined")
 def _(c: Case) -> None:
-    # Blocks of 32K in 16-bit: persistent programs (one per SM) looping over 300 rows, 3 in flight
-    # through shared memory where it holds them (H100/H200); a program per row elsewhere.
-    shared = None if SMALL else runtime.shared_memory_per_block(torch.device(DEVICE))
-    pipelined = shared is not None and shared >= softmax_mod.PIPELINE_STAGES * 65536 + 1024
-    run_softmax(c, pick(300, 5), pick(20000, 50), BF16, expected="one-pass pipelined" if pipelined else "one-pass", masked=True)
-    run_softmax(c, 4, pick(32768, 64), BF16, expected="one-pass")  # ROW_FIT_LIMIT itself: 16 warps
+    # Persistent programs (one per SM) looping over 300 rows of 20000 in blocks of 32K.
+    run_softmax(c, pick(300, 5), pick(20000, 50), BF16, expected=one_pass_16bit_32k(), masked=True)
 
 
 @case("softmax/cooperative")
