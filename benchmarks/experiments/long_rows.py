@@ -109,17 +109,7 @@ def make(op: str, m: int, n: int, dtype) -> tuple[dict, torch.Tensor, int]:
 
 def row(op, m, n, dtype, impl, call, ref, nbytes, copy_gbps, **extra) -> dict:
     out = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:], "impl": impl, **extra}
-    try:
-        got = call()
-        smoke.synchronize()
-        out["err"] = ((got.double() - ref).abs().max() / ref.abs().max()).item()
-        if out["err"] < 2e-2:
-            out["device_us"] = smoke.device_us(call)
-            out["fraction_of_copy"] = nbytes / out["device_us"] / 1e3 / copy_gbps
-    except Exception as exc:  # noqa: BLE001 - reported, not fatal
-        out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    print(out, flush=True)
-    return out
+    return smoke.checked_row(out, call, ref, nbytes, copy_gbps)
 
 
 CASES = toy(

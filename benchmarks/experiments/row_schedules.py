@@ -156,17 +156,9 @@ def rmsnorm_call(x, w, y, progs, block, warps):
 
 def measure(op, m, n, dtype, impl, call, ref, nbytes, same_copy_us, **extra) -> dict:
     out = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:], "impl": impl, **extra}
-    try:
-        got = call()
-        smoke.synchronize()
-        out["err"] = ((got.double() - ref).abs().max() / ref.abs().max()).item()
-        if out["err"] < 2e-2:
-            out["device_us"] = smoke.device_us(call)
-            out["fraction_of_copy"] = nbytes / out["device_us"] / 1e3 / copy["gbps"]
-            out["of_same_copy"] = same_copy_us / out["device_us"]
-    except Exception as exc:  # noqa: BLE001 - reported, not fatal
-        out["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-    print(out, flush=True)
+    out = smoke.checked_row(out, call, ref, nbytes, copy["gbps"])
+    if "device_us" in out:
+        out["of_same_copy"] = same_copy_us / out["device_us"]
     return out
 
 
@@ -233,7 +225,7 @@ for op, m, n, dtype in CASES:
                 for warps in toy((8, 16), (1,)):
                     results.append(measure(*args, "persistent two-pass", rmsnorm_call(x, w, y, progs, block, warps), ref, nbytes,
                                            same_copy_us, progs=progs, block=block, warps=warps))  # fmt: skip
-    del x, y, ref
+    x = y = ref = None  # freed before the next case allocates
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
     with open(sys.argv[1], "w") as f:  # after every case: a run stopped early keeps what it measured

@@ -99,3 +99,21 @@ def device_name() -> str:
 def meta() -> dict:
     """Keys a toy run adds to what a script writes, so that its file is never read as a measurement."""
     return {"smoke": True} if SMOKE else {}
+
+
+def checked_row(out: dict, call: Callable[[], torch.Tensor], ref: torch.Tensor, nbytes: int, copy_gbps: float) -> dict:
+    """``out`` with the call's error against ``ref`` (max |got - ref| / max |ref|) and, below 2e-2,
+    its device time and the fraction of ``copy_gbps`` that ``nbytes`` make in it; an exception is
+    recorded in ``out["error"]``, not raised (a variant that fails to compile is a result too).
+    Printed and returned."""
+    try:
+        got = call()
+        synchronize()
+        out["err"] = ((got.double() - ref).abs().max() / ref.abs().max()).item()
+        if out["err"] < 2e-2:
+            out["device_us"] = device_us(call)
+            out["fraction_of_copy"] = nbytes / out["device_us"] / 1e3 / copy_gbps
+    except Exception as exc:  # noqa: BLE001 - reported, not fatal
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    print(out, flush=True)
+    return out
