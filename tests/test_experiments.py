@@ -219,6 +219,19 @@ def test_row_schedules(tmp_path):
         ("rmsnorm", "tritonforge"), ("rmsnorm", "persistent two-pass")}, impls
 
 
+def test_row_schedules_cooperative(tmp_path):
+    """Toy rows of one chunk (the interpreter would wait forever at a barrier of several), but
+    groups that loop over rows, with and without the prefetch: the loop's bookkeeping is checked."""
+    out = tmp_path / "rows.json"
+    run_toy("row_schedules.py", str(out), "cooperative")
+    rows = read_json(out)["rows"]
+    assert all("error" not in r for r in rows), [r for r in rows if "error" in r]
+    for row in rows:
+        assert row["err"] <= 2 * tolerance(row) and row["device_us"] > 0, row
+    coop = [r for r in rows if r["impl"] == "persistent cooperative"]
+    assert {(r["op"], r["prefetch"]) for r in coop} == {(op, p) for op in ("softmax", "rmsnorm") for p in (True, False)}
+
+
 def test_e2e_llama(tmp_path):
     """Every variant runs prefill and the static decode step, checked against the float32 model
     first; the breakdown times each op of a layer (Liger is absent on the CPU machines: one row says so)."""

@@ -24,8 +24,18 @@ device time (CUDA-graph replay, median); fractions are of the big copy's bandwid
 (``copy_gbps``) and of a same-size copy's device time (``of_same_copy``: ``y.copy_(x)`` with the
 same bytes read and written).
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/row_schedules.py OUT.json
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/row_schedules.py OUT.json
+Mode ``cooperative`` (a second argument) asks the next question, for rows too long for one
+program (softmax 128K-256K, RMSNorm 64K-128K): the package's cooperative path launches a program
+per (row, chunk), and each program pays its load latency and its barrier once, with nothing else
+in flight. Here a group of programs, one per chunk position, loops over rows (persistent: the
+grid is at most ``PROGS`` programs per SM, so every group is resident together), and with
+``PREFETCH`` it loads the next row's chunk between arriving at this row's barrier and waiting
+at it.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/row_schedules.py OUT.json [all|cooperative]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/row_schedules.py OUT.json [all|cooperative]
+(in the toy run a row is one chunk: the interpreter runs programs one after another, and a program
+waiting for another would wait forever)
 """
 
 import json
@@ -102,6 +112,66 @@ def _rmsnorm_persistent_kernel(x_ptr, w_ptr, y_ptr, M, N, stride, eps, BLOCK_N: 
             tl.store(y_row + start + cols, (x_hat * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _coop_state(x, OP: tl.constexpr):
+    """A chunk's partial statistic: softmax (max, sum of exp(x - max)), RMSNorm (sum of squares, 0)."""
+    if OP == "softmax":
+        m = tl.max(x, axis=0)
+        return m, tl.sum(tl.exp(x - tl.where(m == -float("inf"), 0.0, m)), axis=0)
+    return tl.sum(x * x, axis=0), 0.0
+
+
+@triton.jit
+def _coop_persistent_kernel(
+    x_ptr, w_ptr, y_ptr, part_a_ptr, part_b_ptr, count_ptr, stride, M, N, eps,
+    OP: tl.constexpr,  # "softmax" or "rmsnorm"
+    SPLITS: tl.constexpr, CHUNK: tl.constexpr, SPLITS_P2: tl.constexpr,
+    PREFETCH: tl.constexpr,  # load the next row's chunk between arriving at this row's barrier and waiting at it
+):
+    """Cooperative rows by persistent programs: a group of SPLITS programs (one per chunk
+    position) takes rows group, group + groups, ...; for each it publishes its chunk's state,
+    meets the row's other programs at the row's counter, merges every state in one fixed order
+    and writes its chunk from registers. The grid is at most what the GPU holds at once, so every
+    group's programs are resident together. With PREFETCH the next row's chunk is in flight while
+    the program waits at the barrier, merges and stores."""
+    pid = tl.program_id(0)
+    groups = tl.num_programs(0) // SPLITS
+    group = pid // SPLITS
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    parts = tl.arange(0, SPLITS_P2)
+    fill = -float("inf") if OP == "softmax" else 0.0
+    if OP == "rmsnorm":
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)  # the same chunk of w for every row
+    x_next = tl.load(x_ptr + tl.cast(group, tl.int64) * stride + cols, mask=mask & (tl.zeros([CHUNK], tl.int32) + group < M), other=fill)
+    for row in range(group, M, groups):
+        r = tl.cast(row, tl.int64)
+        x = x_next.to(tl.float32)
+        a, b = _coop_state(x, OP)
+        tl.store(part_a_ptr + r * SPLITS + split, a)
+        tl.store(part_b_ptr + r * SPLITS + split, b)
+        tl.atomic_add(count_ptr + r, 1, sem="release")
+        nxt = row + groups
+        if PREFETCH:
+            x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * stride + cols, mask=mask & (tl.zeros([CHUNK], tl.int32) + nxt < M), other=fill)
+        while tl.atomic_add(count_ptr + r, 0, sem="acquire") < SPLITS:
+            pass
+        if OP == "softmax":
+            ms = tl.load(part_a_ptr + r * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"), volatile=True)
+            ss = tl.load(part_b_ptr + r * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True)
+            m_row = tl.max(ms, axis=0)
+            s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)
+            y = tl.exp(x - m_row) * (1.0 / s_row)
+        else:
+            sum_sq = tl.sum(tl.load(part_a_ptr + r * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
+            rstd = 1.0 / tl.sqrt(sum_sq / N + eps)
+            y = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32) * w
+        tl.store(y_ptr + r * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+        if not PREFETCH:
+            x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * stride + cols, mask=mask & (tl.zeros([CHUNK], tl.int32) + nxt < M), other=fill)
+
+
 SMS = torch.cuda.get_device_properties(0).multi_processor_count if DEVICE == "cuda" else 2
 
 
@@ -154,6 +224,23 @@ def rmsnorm_call(x, w, y, progs, block, warps):
     return call
 
 
+def coop_persistent_call(op, x, w, y, chunk, warps, progs, prefetch):
+    """Groups of cdiv(N, chunk) programs, as many groups as fit progs programs per SM (at most M)."""
+    m, n = x.shape
+    splits = triton.cdiv(n, chunk)
+    groups = max(1, min(m, SMS * progs // splits))
+    parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
+
+    def call():
+        count = torch.zeros(m, device=x.device, dtype=torch.int32)
+        _coop_persistent_kernel[(groups * splits,)](x, x if w is None else w, y, *parts, count, x.stride(0), m, n, 1e-6, OP=op, SPLITS=splits,
+                                                    CHUNK=chunk, SPLITS_P2=triton.next_power_of_2(splits), PREFETCH=prefetch,
+                                                    num_warps=warps)  # fmt: skip
+        return y
+
+    return call
+
+
 def measure(op, m, n, dtype, impl, call, ref, nbytes, same_copy_us, **extra) -> dict:
     out = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:], "impl": impl, **extra}
     out = smoke.checked_row(out, call, ref, nbytes, copy["gbps"])
@@ -199,6 +286,21 @@ CASES = toy(
     [("softmax", 5, 200, torch.float32), ("softmax", 3, 256, torch.bfloat16), ("rmsnorm", 3, 200, torch.float32)],
 )  # fmt: skip
 
+COOP_CONFIGS = ()
+"""(chunk, warps, programs per SM, prefetch) of the persistent cooperative kernel (mode cooperative)."""
+MODE = sys.argv[2] if len(sys.argv) > 2 else "all"
+if MODE == "cooperative":  # the second question: long rows held by persistent groups of programs
+    CASES = toy(
+        [(op, m, n, dtype) for dtype in (torch.bfloat16, torch.float32)
+         for op, m, n in (("softmax", 4096, 131072), ("softmax", 64, 131072), ("softmax", 64, 262144), ("rmsnorm", 4096, 65536),
+                          ("rmsnorm", 2048, 131072))],
+        [("softmax", 5, 200, torch.float32), ("softmax", 3, 256, torch.bfloat16), ("rmsnorm", 3, 200, torch.float32)],
+    )  # fmt: skip
+    COOP_CONFIGS = toy([(8192, 8, 1, True), (8192, 8, 1, False), (4096, 4, 1, True), (16384, 16, 1, True), (8192, 8, 2, True)],
+                       [(256, 1, 1, True), (256, 1, 1, False)])  # fmt: skip
+elif MODE != "all":
+    sys.exit(f"mode {MODE!r}: all (default) or cooperative")
+
 copy = smoke.copy_ceiling()
 print("copy GB/s", round(copy["gbps"], 1), flush=True)
 results = []
@@ -213,18 +315,24 @@ for op, m, n, dtype in CASES:
         results.append(measure(*args, "tritonforge", lambda: tfg.softmax(x), ref, nbytes, same_copy_us,
                                plan=list(softmax_plan(m, n, dtype, x.device))))  # fmt: skip
         results.append(measure(*args, "torch.softmax", lambda: torch.softmax(x, -1), ref, nbytes, same_copy_us))
-        for impl, extra, factory in softmax_variants(m, n, dtype):
+        for impl, extra, factory in softmax_variants(m, n, dtype) if MODE == "all" else ():
             results.append(measure(*args, impl, factory(x, y), ref, nbytes, same_copy_us, **extra))
+        for chunk, warps, progs, prefetch in COOP_CONFIGS:
+            results.append(measure(*args, "persistent cooperative", coop_persistent_call(op, x, None, y, chunk, warps, progs, prefetch),
+                                   ref, nbytes, same_copy_us, chunk=chunk, warps=warps, progs=progs, prefetch=prefetch))  # fmt: skip
     else:
         w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(dtype)
         xd = x.double()
         ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype).double() * w.double()
         results.append(measure(*args, "tritonforge", lambda: tfg.rms_norm(x, w, 1e-6), ref, nbytes, same_copy_us))
-        for progs in (1, 2, 4):
+        for progs in (1, 2, 4) if MODE == "all" else ():
             for block in toy((4096, 8192), (64,)):
                 for warps in toy((8, 16), (1,)):
                     results.append(measure(*args, "persistent two-pass", rmsnorm_call(x, w, y, progs, block, warps), ref, nbytes,
                                            same_copy_us, progs=progs, block=block, warps=warps))  # fmt: skip
+        for chunk, warps, progs, prefetch in COOP_CONFIGS:
+            results.append(measure(*args, "persistent cooperative", coop_persistent_call(op, x, w, y, chunk, warps, progs, prefetch),
+                                   ref, nbytes, same_copy_us, chunk=chunk, warps=warps, progs=progs, prefetch=prefetch))  # fmt: skip
     x = y = ref = None  # freed before the next case allocates
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
