@@ -343,7 +343,7 @@ def one_pass_16bit_32k() -> str:
     """The plan label of 16-bit rows in blocks of 32K: persistent programs with 3 rows in flight
     where shared memory holds them (H100/H200), a program per row elsewhere and at toy sizes."""
     shared = None if SMALL else runtime.shared_memory_per_block(torch.device(DEVICE))
-    return "one-pass pipelined" if shared is not None and shared >= softmax_mod.PIPELINE_STAGES * 65536 + 1024 else "one-pass"
+    return "one-pass pipelined" if softmax_mod.pipelines_rows(32768, BF16, shared) else "one-pass"
 
 
 @case("softmax/one-pass")

@@ -19,6 +19,10 @@ schedules that change what is in flight, each beside the package's plan:
   writes each chunk's state, pass 2 re-reads the chunk (from L2: 64 rows of 128K bf16 are 16 MB).
 - ``rows`` (rows of 1K): ``ROWS`` rows per program as one 2D block (more bytes per program).
 
+The recorded mode-``all`` file came from this script's own copy of the persistent one-pass kernel
+(commit 4acdb30), before the package had it; the script now launches the package's
+``softmax._softmax_fwd_pipelined_kernel``, the same kernel.
+
 Every variant is checked against float64 first (a wrong one is reported, not timed); times are
 device time (CUDA-graph replay, median); fractions are of the big copy's bandwidth
 (``copy_gbps``) and of a same-size copy's device time (``of_same_copy``: ``y.copy_(x)`` with the
@@ -46,32 +50,22 @@ import torch
 import smoke  # first: imports tritonforge before triton
 import tritonforge as tfg
 from smoke import DEVICE, toy
+from tritonforge import reference, runtime
+from tritonforge.kernel_utils import round_bf16_by_hand
+from tritonforge.ops import softmax
 from tritonforge.ops.softmax import _online_state, _write_softmax
-from tritonforge.ops.softmax import plan as softmax_plan
 
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def _softmax_persistent_kernel(x_ptr, y_ptr, M, N, stride, BLOCK_N: tl.constexpr, ROW_FITS: tl.constexpr, STAGES: tl.constexpr):
-    """Programs loop over rows (row = pid, pid + programs, ...): one pass when the row fits one
-    block (the loop pipelined over rows), else the online state then the output."""
-    pid = tl.program_id(0)
-    programs = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_N)
-    if ROW_FITS:
-        mask = cols < N
-        for row in tl.range(pid, M, programs, num_stages=STAGES):
-            r = tl.cast(row, tl.int64)
-            x = tl.load(x_ptr + r * stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
-            e = tl.exp(x - tl.max(x, axis=0))
-            tl.store(y_ptr + r * N + cols, (e * (1.0 / tl.sum(e, axis=0))).to(y_ptr.dtype.element_ty), mask=mask)
-    else:
-        for row in range(pid, M, programs):
-            r = tl.cast(row, tl.int64)
-            m, s = _online_state(x_ptr + r * stride, 0, N, BLOCK_N, tl.float32)
-            _write_softmax(x_ptr + r * stride, y_ptr + r * N, 0, N, m, s, BLOCK_N, tl.float32, False)
+def _softmax_two_pass_persistent_kernel(x_ptr, y_ptr, M, N, stride, BLOCK_N: tl.constexpr):
+    """Programs loop over rows (row = pid, pid + programs, ...): the online state, then the output."""
+    for row in range(tl.program_id(0), M, tl.num_programs(0)):
+        r = tl.cast(row, tl.int64)
+        m, s = _online_state(x_ptr + r * stride, 0, N, BLOCK_N, tl.float32)
+        _write_softmax(x_ptr + r * stride, y_ptr + r * N, 0, N, m, s, BLOCK_N, tl.float32, False)
 
 
 @triton.jit
@@ -172,15 +166,21 @@ def _coop_persistent_kernel(
             x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * stride + cols, mask=mask & (tl.zeros([CHUNK], tl.int32) + nxt < M), other=fill)
 
 
-SMS = torch.cuda.get_device_properties(0).multi_processor_count if DEVICE == "cuda" else 2
+SMS = runtime.gpu_sm_count(torch.device(DEVICE)) or 2
 
 
 def persistent_call(x, y, progs, block, warps, stages=1, rows_fit=True):
+    """``rows_fit``: the package's pipelined one-pass kernel (the whole row a block, ``stages`` rows
+    in flight); else this script's two-pass loop. ``progs`` programs per SM, at most one per row."""
     m, n = x.shape
     grid = (min(m, SMS * progs),)
 
     def call():
-        _softmax_persistent_kernel[grid](x, y, m, n, x.stride(0), BLOCK_N=block, ROW_FITS=rows_fit, STAGES=stages, num_warps=warps)
+        if rows_fit:
+            softmax._softmax_fwd_pipelined_kernel[grid](x, y, x.stride(0), m, n, BLOCK_N=block, STAGES=stages, ACC_DTYPE=tl.float32,
+                                                        ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=warps)  # fmt: skip
+        else:
+            _softmax_two_pass_persistent_kernel[grid](x, y, m, n, x.stride(0), BLOCK_N=block, num_warps=warps)
         return y
 
     return call
@@ -197,8 +197,6 @@ def rows_call(x, y, rows, warps):
 
 
 def split_call(x, y, splits, block, warps):
-    from tritonforge.ops import softmax
-
     m, n = x.shape
     chunk = triton.cdiv(triton.cdiv(n, block), splits) * block
     ms = torch.empty(m, splits, device=x.device, dtype=torch.float32)
@@ -311,9 +309,9 @@ for op, m, n, dtype in CASES:
     same_copy_us = smoke.device_us(lambda: y.copy_(x))
     args = (op, m, n, dtype)
     if op == "softmax":
-        ref = torch.softmax(x.double(), -1)
+        ref = reference.softmax_ref(x, upcast=True)
         results.append(measure(*args, "tritonforge", lambda: tfg.softmax(x), ref, nbytes, same_copy_us,
-                               plan=list(softmax_plan(m, n, dtype, x.device))))  # fmt: skip
+                               plan=list(softmax.plan(m, n, dtype, x.device))))  # fmt: skip
         results.append(measure(*args, "torch.softmax", lambda: torch.softmax(x, -1), ref, nbytes, same_copy_us))
         for impl, extra, factory in softmax_variants(m, n, dtype) if MODE == "all" else ():
             results.append(measure(*args, impl, factory(x, y), ref, nbytes, same_copy_us, **extra))
@@ -322,8 +320,7 @@ for op, m, n, dtype in CASES:
                                    ref, nbytes, same_copy_us, chunk=chunk, warps=warps, progs=progs, prefetch=prefetch))  # fmt: skip
     else:
         w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(dtype)
-        xd = x.double()
-        ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype).double() * w.double()
+        ref = reference.rms_norm_ref(x, w, 1e-6, upcast=True)
         results.append(measure(*args, "tritonforge", lambda: tfg.rms_norm(x, w, 1e-6), ref, nbytes, same_copy_us))
         for progs in (1, 2, 4) if MODE == "all" else ():
             for block in toy((4096, 8192), (64,)):

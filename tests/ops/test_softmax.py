@@ -242,7 +242,7 @@ def test_gpu_each_strategy_is_reached():
     assert plan(64, 131072, torch.float32, device).strategy == "cooperative"
     assert plan(1, 131072, torch.bfloat16, device).strategy == "split"
     assert plan(4096, 2_000_000, torch.float32, device).strategy == "online"  # over COOP_MAX_SPLITS chunks
-    if runtime.shared_memory_per_block(device) >= 3 * 65536 + 1024:  # an H100/H200: rows of 64 KB pipelined
+    if softmax_module.pipelines_rows(32768, torch.bfloat16, runtime.shared_memory_per_block(device)):  # an H100/H200
         assert plan(16384, 32768, torch.bfloat16, device).stages == softmax_module.PIPELINE_STAGES
 
 

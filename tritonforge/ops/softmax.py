@@ -124,6 +124,17 @@ def _write_softmax(x_row, y_row, start, end, m, s, BLOCK_N: tl.constexpr, ACC_DT
 
 
 @triton.jit
+def _softmax_row(x_row, y_row, N, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """One row held in registers (``BLOCK_N >= N``): read once, written once."""
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(ACC_DTYPE)
+    e = tl.exp(x - tl.max(x, axis=0))  # masked lanes: exp(-inf) = 0
+    y = e * (1.0 / tl.sum(e, axis=0))
+    tl.store(y_row + cols, cast_for_store(y, y_row.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+@triton.jit
 def _softmax_fwd_kernel(
     x_ptr,  # *x [M, N]: row stride x_row_stride, unit column stride
     y_ptr,  # *y [M, N], contiguous, x's dtype
@@ -139,12 +150,7 @@ def _softmax_fwd_kernel(
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * N
     if ROW_FITS:
-        cols = tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(ACC_DTYPE)
-        e = tl.exp(x - tl.max(x, axis=0))  # masked lanes: exp(-inf) = 0
-        y = e * (1.0 / tl.sum(e, axis=0))
-        tl.store(y_row + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+        _softmax_row(x_row, y_row, N, BLOCK_N, ACC_DTYPE, ROUND_BF16)
     else:
         m, s = _online_state(x_row, 0, N, BLOCK_N, ACC_DTYPE)
         _write_softmax(x_row, y_row, 0, N, m, s, BLOCK_N, ACC_DTYPE, ROUND_BF16)
@@ -165,14 +171,9 @@ def _softmax_fwd_pipelined_kernel(
     """One pass, persistent: program p takes rows p, p + programs, ...; Triton's pipeliner loads
     the next STAGES - 1 rows into shared memory while this one reduces and stores, so the SM's
     memory traffic never waits for a reduction (a program per row holds one row and idles)."""
-    cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
     for row in tl.range(tl.program_id(0), M, tl.num_programs(0), num_stages=STAGES):
         r = tl.cast(row, tl.int64)
-        x = tl.load(x_ptr + r * x_row_stride + cols, mask=mask, other=-float("inf")).to(ACC_DTYPE)
-        e = tl.exp(x - tl.max(x, axis=0))
-        y = e * (1.0 / tl.sum(e, axis=0))
-        tl.store(y_ptr + r * N + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+        _softmax_row(x_ptr + r * x_row_stride, y_ptr + r * N, N, BLOCK_N, ACC_DTYPE, ROUND_BF16)
 
 
 @triton.jit
@@ -385,6 +386,16 @@ program per row made 0.98 of a copy in long-rows-one-pass-...-2026-11-30.json); 
 
 PIPELINE_STAGES = 3
 
+PIPELINE_SHARED_SLACK = 1024
+"""Shared memory (bytes) left beside the stages for what else Triton keeps there (the reductions'
+scratch)."""
+
+
+def pipelines_rows(width: int, dtype: torch.dtype, shared: Optional[int]) -> bool:
+    """Whether rows held as one block of ``width`` take the pipelined persistent kernel on a device
+    with ``shared`` bytes of shared memory per program (``None``: the interpreter, never)."""
+    return shared is not None and width >= PIPELINE_MIN_WIDTH and PIPELINE_STAGES * width * dtype.itemsize + PIPELINE_SHARED_SLACK <= shared
+
 
 class Plan(NamedTuple):
     """How one call runs: ``strategy`` is "one-pass", "cooperative", "online" or "split";
@@ -422,7 +433,7 @@ def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_bl
         fit, loop_block = fit // 2, loop_block // 2
     width = triton.next_power_of_2(max(N, 1))
     if width <= fit:
-        if shared is not None and width >= PIPELINE_MIN_WIDTH and PIPELINE_STAGES * width * dtype.itemsize + 1024 <= shared:
+        if pipelines_rows(width, dtype, shared):
             return Plan("one-pass", width, _warps(width), stages=PIPELINE_STAGES)
         return Plan("one-pass", width, _warps(width))
     coop = coop_splits(M, N, dtype, sms if cooperative else None)
