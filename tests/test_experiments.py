@@ -34,6 +34,7 @@ EXPERIMENTS = REPO / "benchmarks" / "experiments"
 
 KEPT = {
     "attention_tiles.py",
+    "coop_registers.py",
     "e2e_llama.py",
     "inductor_rmsnorm.py",
     "long_rows.py",
@@ -230,6 +231,26 @@ def test_row_schedules_cooperative(tmp_path):
         assert row["err"] <= 2 * tolerance(row) and row["device_us"] > 0, row
     coop = [r for r in rows if r["impl"] == "persistent cooperative"]
     assert {(r["op"], r["prefetch"]) for r in coop} == {(op, p) for op in ("softmax", "rmsnorm") for p in (True, False)}
+
+
+@pytest.mark.parametrize("mode", ["all", "keep-exp"])
+def test_coop_registers(tmp_path, mode):
+    """Toy rows of one chunk: every knob that the interpreter can run (not nanosleep, not maxnreg)
+    gives the right answer through the variant kernel, and the backward's chunk choices too."""
+    out = tmp_path / "coop.json"
+    run_toy("coop_registers.py", str(out), mode)
+    rows = read_json(out)["rows"]
+    assert all("error" not in r for r in rows), [r for r in rows if "error" in r]
+    checked = [r for r in rows if r["impl"] != "counters memset" and r.get("wait") != "none"]
+    for row in checked:
+        assert row["err"] <= 2 * tolerance(row) and row["device_us"] > 0, row
+    variants = [r for r in rows if r["impl"] == "variant"]
+    if mode == "all":
+        assert {(r["op"], r["keep16"], r["w_after"]) for r in variants if r["dtype"] == "bfloat16"} >= {
+            ("softmax", False, False), ("softmax", True, False), ("rmsnorm", True, True), ("rmsnorm", False, False)}
+        assert {r["wait"] for r in variants} == {"atomic", "load"}
+    else:
+        assert any(r["keep_exp"] for r in variants) and {r["op"] for r in rows} == {"softmax", "rmsnorm", "softmax-bwd"}
 
 
 def test_e2e_llama(tmp_path):

@@ -116,8 +116,9 @@ def row_barrier(
         pass
 
 
-def coop_splits(M: int, N: int, dtype: torch.dtype, sms: Optional[int]) -> int:
-    """How many programs hold each row on the cooperative path, or 0 where it does not apply:
+def coop_splits(M: int, N: int, dtype: torch.dtype, sms: Optional[int], chunk: Optional[int] = None) -> int:
+    """How many programs hold each row on the cooperative path (chunks of ``chunk`` elements,
+    :func:`coop_chunk` by default), or 0 where it does not apply:
     off a GPU (``sms`` None: ``runtime.gpu_sm_count``), for rows longer than ``COOP_MAX_SPLITS`` chunks
     or than one chunk per SM (so that a row's programs always fit the GPU at once, whatever else
     runs: a T4's 40 SMs take rows up to 40 chunks), or where ``M`` rows would make fewer programs
@@ -125,8 +126,19 @@ def coop_splits(M: int, N: int, dtype: torch.dtype, sms: Optional[int]) -> int:
     for rows of one chunk (a row one program holds needs no barrier)."""
     if sms is None:
         return 0
-    splits = triton.cdiv(N, coop_chunk(dtype))
+    splits = triton.cdiv(N, chunk or coop_chunk(dtype))
     return splits if 2 <= splits <= min(COOP_MAX_SPLITS, sms) and M * splits >= sms else 0
+
+
+@triton.jit
+def widen_bf16(x):
+    """bf16 -> float32 by moving the bits up: exact, and a different instruction sequence from
+    ``x.to(tl.float32)``. A cooperative program that widens its chunk once for its partial statistic
+    and again after the barrier this way holds only the 16-bit chunk across the wait (the compiler
+    cannot merge the two conversions and keep the float32 copy alive): half the registers, more
+    programs per SM (H200, RMSNorm bf16: 61 -> 38 registers a thread with the weight loaded after
+    the barrier; benchmarks/experiments/coop-registers-nvidia-h200-2026-12-01.json)."""
+    return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
 
 
 def coop_chunk(dtype: torch.dtype) -> int:

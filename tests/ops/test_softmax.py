@@ -252,7 +252,9 @@ def test_gpu_each_strategy_is_reached():
 def test_gpu_cooperative_rows(shape, dtype):
     """Rows held by several programs that meet at a per-row barrier (chunk counts that are not a
     power of two included): y and dx within budget, a row strided inside a wider tensor, and
-    the rows PyTorch gives NaN or zeros for: all -inf, a whole chunk of -inf, a NaN."""
+    the rows PyTorch gives NaN or zeros for: all -inf, a whole chunk of -inf, a NaN, and a whole
+    chunk of -inf in a row whose max is far below 0 (the empty chunk's factor exp(0 - m_row) would
+    overflow to inf, and 0 * inf is NaN)."""
     x = torch.randn(shape, dtype=dtype, device="cuda") * 3
     assert plan(*shape, dtype, x.device).strategy == "cooperative"
     _check(x)
@@ -260,6 +262,8 @@ def test_gpu_cooperative_rows(shape, dtype):
     x[0] = -float("inf")
     x[1, : shape[1] // 2] = -float("inf")  # every chunk of the first half empty
     x[2, 5] = float("nan")
+    x[3] -= 1000
+    x[3, : shape[1] // 2] = -float("inf")
     y = softmax(x)
     expected = torch.softmax(x.double(), -1)
     assert torch.equal(torch.isnan(y), torch.isnan(expected)), "NaN exactly where torch.softmax has NaN"

@@ -111,6 +111,7 @@ from tritonforge.kernel_utils import (
     round_bf16_by_hand,
     row_barrier,
     split_float,
+    widen_bf16,
 )
 from tritonforge.reference import rms_norm_bwd_ref, rms_norm_ref, rms_norm_rstd_ref
 
@@ -211,19 +212,27 @@ def _rms_norm_fwd_coop_kernel(
     ACC_DTYPE: tl.constexpr,
     ROUND_BF16: tl.constexpr,
     STORE_RSTD: tl.constexpr,
+    KEEP16: tl.constexpr,  # bf16 x: hold the 16-bit chunk across the barrier (kernel_utils.widen_bf16)
 ):
     """Program (row, chunk) of a row too long for one program: the chunk's sum of squares, the
     row's barrier, the row's rstd from all partial sums (one fixed order: every program gets the
-    same rstd), then this chunk of y from registers: x is read once."""
+    same rstd), then this chunk of y from registers: x is read once. What a program holds across
+    the barrier decides how many fit an SM, so it holds as little as it can: the weight's chunk is
+    loaded after the wait (from L2: every row reads the same weight), and a bf16 chunk stays 16-bit
+    (H200, bf16 4096 x 65536: 331 -> 288 us with chunks of 16384; float32 565 -> 556;
+    benchmarks/experiments/coop-registers-keep-exp-nvidia-h200-2026-12-01.json)."""
     pid = tl.program_id(0)
     row = (pid // SPLITS).to(tl.int64)
     split = pid % SPLITS
     cols = split * CHUNK + tl.arange(0, CHUNK)
     mask = cols < N
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-    w = tl.load(weight_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
+    x_in = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0)
+    x = x_in.to(ACC_DTYPE)
     tl.store(part_ptr + row * SPLITS + split, tl.sum(x * x, axis=0))
     row_barrier(count_ptr + row, SPLITS)
+    if KEEP16:
+        x = widen_bf16(x_in)
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
     parts = tl.arange(0, SPLITS_P2)
     sum_sq = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
     rstd = 1.0 / tl.sqrt(sum_sq / N + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE)))
@@ -422,6 +431,14 @@ def fwd_config(M: int, N: int, dtype: torch.dtype) -> tuple[int, int, bool]:
     return block_n, num_warps, N <= block_n
 
 
+def fwd_coop_chunk(dtype: torch.dtype) -> int:
+    """Elements each program of a cooperative row holds: ``kernel_utils.coop_chunk``, doubled for
+    bf16, whose chunk stays 16-bit across the barrier (64 elements a thread at 8 warps). H200, bf16
+    rows of 64K / 128K: 298.6 / 313.1 us with chunks of 8192, 287.5 / 289.4 with 16384
+    (benchmarks/experiments/coop-registers-keep-exp-nvidia-h200-2026-12-01.json)."""
+    return 2 * coop_chunk(dtype) if dtype == torch.bfloat16 else coop_chunk(dtype)
+
+
 def fwd_coop_splits(M: int, N: int, dtype: torch.dtype, device: torch.device) -> int:
     """Programs per row of the forward's cooperative path (``kernel_utils.coop_splits``), 0 where
     it does not run: rows that fit one program's block take one pass (or the measured two-pass
@@ -431,7 +448,7 @@ def fwd_coop_splits(M: int, N: int, dtype: torch.dtype, device: torch.device) ->
     _, _, one_pass = fwd_config(M, N, dtype)
     if one_pass or N <= row_config(N, dtype)[0]:
         return 0  # a row that fits one block (the measured two-pass exceptions included)
-    return coop_splits(M, N, dtype, runtime.gpu_sm_count(device))
+    return coop_splits(M, N, dtype, runtime.gpu_sm_count(device), fwd_coop_chunk(dtype))
 
 
 def bwd_shared_bytes(block_n: int, itemsize: int, stages: int) -> int:
@@ -518,8 +535,8 @@ def rms_norm_fwd(
         _rms_norm_fwd_coop_kernel[(M * splits,)](
             x_rows, weight, y_rows, rstd if save_rstd else y_rows, x_rows.stride(0), y_rows.stride(0), N, eps_hi, eps_lo,
             _empty(M, splits, dtype=acc_torch_dtype(x.dtype), device=x.device), coop_counters(M, x.device), SPLITS=splits,
-            CHUNK=coop_chunk(x.dtype), SPLITS_P2=triton.next_power_of_2(splits), ACC_DTYPE=acc_dtype(x.dtype),
-            ROUND_BF16=round_bf16_by_hand(x.dtype), STORE_RSTD=save_rstd, num_warps=COOP_WARPS,
+            CHUNK=fwd_coop_chunk(x.dtype), SPLITS_P2=triton.next_power_of_2(splits), ACC_DTYPE=acc_dtype(x.dtype),
+            ROUND_BF16=round_bf16_by_hand(x.dtype), STORE_RSTD=save_rstd, KEEP16=x.dtype == torch.bfloat16, num_warps=COOP_WARPS,
         )  # fmt: skip
         return y, rstd
     _rms_norm_fwd_kernel[(M,)](
