@@ -29,6 +29,10 @@ hold by registers and warps (``programs_per_sm``: 64K registers, allocated per w
 device time (CUDA-graph replay, median; the counters' memset is in the timed call, as in the
 package); ``fraction_of_copy`` against the big copy's bandwidth.
 
+The recorded mode-``all`` file came from this script before it had the ``keep_exp`` knob (its
+default, False, is the kernel that ran); both recorded files measured the package of 33ae85a, and
+``coop-registers-adopted-…json`` is mode ``keep-exp`` again after the package took what won.
+
 Mode ``keep-exp`` (a second argument) measures what won in the first run at more shapes (rows of
 32K-256K, float32 too), with other chunks and warps, and the package's cooperative backward at
 rows of 32K (which now take one program per row) and 128K.

@@ -36,8 +36,12 @@ grid is at most ``PROGS`` programs per SM, so every group is resident together),
 ``PREFETCH`` it loads the next row's chunk between arriving at this row's barrier and waiting
 at it.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/row_schedules.py OUT.json [all|cooperative]
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/row_schedules.py OUT.json [all|cooperative]
+Mode ``rows`` asks whether several short rows per program (one ``[ROWS, BLOCK_N]`` block) beat a
+program per row beyond the one shape of mode ``all``: softmax rows of 512-2K, 4K-64K rows, bf16,
+fp16 and float32, ROWS 2-8 at 2-8 warps.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/row_schedules.py OUT.json [all|cooperative|rows]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/row_schedules.py OUT.json [all|cooperative|rows]
 (in the toy run a row is one chunk: the interpreter runs programs one after another, and a program
 waiting for another would wait forever)
 """
@@ -259,7 +263,7 @@ def softmax_variants(m, n, dtype):
                                 lambda x, y, p=progs, s=stages, w=warps, b=block: persistent_call(x, y, p, b, w, s, True)))  # fmt: skip
     if n <= toy(2048, 256):
         for rows in (2, 4, 8):
-            for warps in toy((4, 8), (1,)):
+            for warps in toy((2, 4, 8) if MODE == "rows" else (4, 8), (1,)):
                 out.append(("rows", dict(rows=rows, warps=warps), lambda x, y, r=rows, w=warps: rows_call(x, y, r, w)))
     if n >= toy(16384, 256) and m >= toy(1024, 2):
         for progs in (1, 2, 4):
@@ -296,8 +300,12 @@ if MODE == "cooperative":  # the second question: long rows held by persistent g
     )  # fmt: skip
     COOP_CONFIGS = toy([(8192, 8, 1, True), (8192, 8, 1, False), (4096, 4, 1, True), (16384, 16, 1, True), (8192, 8, 2, True)],
                        [(256, 1, 1, True), (256, 1, 1, False)])  # fmt: skip
+elif MODE == "rows":  # the third question: several short rows per program, at more shapes
+    CASES = toy([("softmax", m, n, dtype) for dtype in (torch.bfloat16, torch.float16, torch.float32)
+                 for m, n in ((16384, 512), (16384, 1024), (65536, 1024), (4096, 1024), (16384, 2048))],
+                [("softmax", 5, 200, torch.float32), ("softmax", 3, 256, torch.bfloat16)])  # fmt: skip
 elif MODE != "all":
-    sys.exit(f"mode {MODE!r}: all (default) or cooperative")
+    sys.exit(f"mode {MODE!r}: all (default), cooperative or rows")
 
 copy = smoke.copy_ceiling()
 print("copy GB/s", round(copy["gbps"], 1), flush=True)
@@ -313,7 +321,7 @@ for op, m, n, dtype in CASES:
         results.append(measure(*args, "tritonforge", lambda: tfg.softmax(x), ref, nbytes, same_copy_us,
                                plan=list(softmax.plan(m, n, dtype, x.device))))  # fmt: skip
         results.append(measure(*args, "torch.softmax", lambda: torch.softmax(x, -1), ref, nbytes, same_copy_us))
-        for impl, extra, factory in softmax_variants(m, n, dtype) if MODE == "all" else ():
+        for impl, extra, factory in [v for v in softmax_variants(m, n, dtype) if MODE == "all" or (MODE == "rows" and v[0] == "rows")]:
             results.append(measure(*args, impl, factory(x, y), ref, nbytes, same_copy_us, **extra))
         for chunk, warps, progs, prefetch in COOP_CONFIGS:
             results.append(measure(*args, "persistent cooperative", coop_persistent_call(op, x, None, y, chunk, warps, progs, prefetch),

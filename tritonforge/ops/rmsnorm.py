@@ -443,8 +443,9 @@ def fwd_coop_splits(M: int, N: int, dtype: torch.dtype, device: torch.device) ->
     """Programs per row of the forward's cooperative path (``kernel_utils.coop_splits``), 0 where
     it does not run: rows that fit one program's block take one pass (or the measured two-pass
     exceptions of :func:`fwd_config`); longer rows on a GPU are held by several programs, read
-    once (H200, rows of 64K-128K: 0.86-0.89 of a copy in float32 and 0.75-0.76 in bf16, where
-    the two-pass loop that re-reads x made 0.63-0.65 and 0.60-0.72)."""
+    once (H200, rows of 64K-128K: 0.88-0.90 of a copy in float32 and 0.86-0.87 in bf16, where
+    the two-pass loop that re-reads x made 0.63-0.65 and 0.60-0.72;
+    benchmarks/experiments/coop-registers-adopted-nvidia-h200-2026-12-01.json)."""
     _, _, one_pass = fwd_config(M, N, dtype)
     if one_pass or N <= row_config(N, dtype)[0]:
         return 0  # a row that fits one block (the measured two-pass exceptions included)
