@@ -67,7 +67,16 @@ def _check(x, expected_strategy=None):
         softmax(leaf).backward(dy)
     assert tfg.last_path("softmax_backward") in ("triton", "interpreter")
     y64 = softmax_ref(x, upcast=True)
-    _budget(leaf.grad, softmax_bwd_ref(dy, y64, upcast=True), softmax_bwd_ref(dy, softmax_ref(x)), "dx", roundings=roundings)
+    dx64 = softmax_bwd_ref(dy, y64, upcast=True)
+    # dx = y * (dy - <dy, y>) cancels where one y is near 1: a float32 rounding of dy - <dy, y> is
+    # eps of |dy| + |<dy, y>|, not of the difference, so PyTorch's own error and ours are both that
+    # large, each by its own luck, and their ratio is noise (a budget of 2x PyTorch's failed 2-5% of
+    # float32 calls on the CPU). The floor adds two such float32 roundings at their size relative to
+    # max |dx|: about 10 float32 eps at these inputs, nothing next to a bf16 output's own eps.
+    dot = (dy.double() * y64).sum(-1, keepdim=True)
+    cancel = ((y64 * (dy.double().abs() + dot.abs())).abs().max() / dx64.abs().max().clamp_min(1e-300)).item()
+    extra = 2 * cancel * torch.finfo(torch.float32).eps / torch.finfo(x.dtype).eps if x.dtype != torch.float64 else 0.0
+    _budget(leaf.grad, dx64, softmax_bwd_ref(dy, softmax_ref(x)), "dx", roundings=roundings + extra)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
@@ -180,6 +189,48 @@ def test_pipelined_kernel(monkeypatch, dtype, device):
     assert torch.equal(torch.isnan(y), torch.isnan(expected))
     ok = ~torch.isnan(expected)
     assert torch.allclose(y.double()[ok], expected[ok], rtol=0, atol=4 * torch.finfo(dtype).eps)
+
+
+def test_rows_per_program_plan_only_for_short_16_bit_rows_on_a_gpu():
+    """Two whole rows a program for 16-bit rows of 512-2K on a GPU (measured faster there), with
+    2 warps per 1K of a row; not float32 (measured no faster), not rows outside the range, not the
+    interpreter; and the backward of such a call keeps a program per row."""
+    h200 = dict(sms=132, fit=32768, loop_block=4096, max_splits=64, cooperative=True, shared=232448)
+    rows = softmax_module.ROWS_PER_PROGRAM
+    assert softmax_module._plan_cached(16384, 1024, torch.bfloat16, **h200) == softmax_module.Plan("one-pass", 1024, 2, rows=rows)
+    assert softmax_module._plan_cached(16384, 512, torch.float16, **h200) == softmax_module.Plan("one-pass", 512, 2, rows=rows)
+    assert softmax_module._plan_cached(5, 1500, torch.bfloat16, **h200) == softmax_module.Plan("one-pass", 2048, 4, rows=rows)
+    for M, N, dtype in [(16384, 1024, torch.float32), (16384, 256, torch.bfloat16), (16384, 4096, torch.bfloat16)]:
+        assert softmax_module._plan_cached(M, N, dtype, **h200).rows == 1, (M, N, dtype)
+    assert softmax_module._plan_cached(16384, 1024, torch.bfloat16, **{**h200, "cooperative": False, "shared": None}).rows == 1
+    assert plan(16384, 1024, torch.bfloat16, torch.device("cpu")).rows == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=_name)
+def test_rows_per_program_kernel(monkeypatch, dtype, device):
+    """The several-rows kernel at any size (its plan forced, 2 and 4 rows a program): a last
+    program with rows past M, masked columns, a strided row, and the rows torch.softmax gives NaN
+    for; the backward beside it keeps its own plan."""
+    _skip_unsupported(dtype, device)
+    real_plan = softmax_module.plan
+    for rows in (2, 4):
+
+        def forced(M, N, dtype, device, rows=rows):
+            p = real_plan(M, N, dtype, device)
+            return p._replace(rows=rows, num_warps=2) if p.strategy == "one-pass" else p
+
+        monkeypatch.setattr(softmax_module, "plan", forced)
+        for M, N in [(7, 37), (301, 100)] if device == "cpu" else [(7, 37), (301, 1000), (4097, 2048)]:
+            _check(torch.randn(M, N, dtype=dtype, device=device) * 3)
+            _check(torch.randn(M, N + 9, dtype=dtype, device=device)[:, :N])
+        x = torch.randn(7, 37, dtype=dtype, device=device)
+        x[2] = -float("inf")
+        x[6, 3] = float("nan")
+        y = softmax(x)
+        expected = torch.softmax(x.double(), -1)
+        assert torch.equal(torch.isnan(y), torch.isnan(expected))
+        ok = ~torch.isnan(expected)
+        assert torch.allclose(y.double()[ok], expected[ok], rtol=0, atol=4 * torch.finfo(dtype).eps)
 
 
 @pytest.mark.parametrize("shape", [(6, 37), (3, 5, 16)], ids=str)

@@ -29,7 +29,7 @@ Four forward strategies, chosen per call by :func:`plan`:
   once, write once (the least traffic, 2 tensors' worth). 16-bit rows of 16K-32K elements on a
   GPU whose shared memory holds three of them take persistent programs instead, each
   looping over rows with the next two loading while one reduces (``Plan.stages``; H200: 0.77 ->
-  0.93 of a copy);
+  0.93 of a copy), and 16-bit rows of 512-2K take two rows a program (``Plan.rows``);
 - **cooperative** (longer rows on a GPU, enough of them to give every SM a program): each row is
   held by ``cdiv(N, COOP_CHUNK)`` programs, each its chunk in registers; they publish their
   chunks' states, meet at a per-row barrier (:func:`~tritonforge.kernel_utils.row_barrier`), merge
@@ -155,6 +155,32 @@ def _softmax_fwd_kernel(
     else:
         m, s = _online_state(x_row, 0, N, BLOCK_N, ACC_DTYPE)
         _write_softmax(x_row, y_row, 0, N, m, s, BLOCK_N, ACC_DTYPE, ROUND_BF16)
+
+
+@triton.jit
+def _softmax_fwd_rows_kernel(
+    x_ptr,  # *x [M, N]: row stride x_row_stride, unit column stride
+    y_ptr,  # *y [M, N], contiguous, x's dtype
+    x_row_stride,
+    M,
+    N,
+    ROWS: tl.constexpr,  # whole rows per program
+    BLOCK_N: tl.constexpr,  # >= N
+    ACC_DTYPE: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
+):
+    """One pass over ``ROWS`` short rows at once, as one ``[ROWS, BLOCK_N]`` block: a 16-bit row of
+    1K is 2 KB, too little for one program to keep its SM's memory busy (H200, bf16 16384 x 1024:
+    19.05 -> 17.3 us with two rows a program; 16384 x 512: 11.6 -> 7.6;
+    benchmarks/experiments/row-schedules-rows-nvidia-h200-2026-12-01.json)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    r = rows.to(tl.int64)[:, None]
+    x = tl.load(x_ptr + r * x_row_stride + cols[None, :], mask=mask, other=-float("inf")).to(ACC_DTYPE)
+    e = tl.exp(x - tl.max(x, axis=1)[:, None])  # rows past M are all -inf: NaN there, never stored
+    y = e * (1.0 / tl.sum(e, axis=1))[:, None]
+    tl.store(y_ptr + r * N + cols[None, :], cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
 @triton.jit
@@ -394,6 +420,18 @@ program per row made 0.98 of a copy in long-rows-one-pass-...-2026-11-30.json); 
 
 PIPELINE_STAGES = 3
 
+ROWS_PER_PROGRAM = 2
+"""Whole rows a program takes for 16-bit rows of ``ROWS_MIN_WIDTH``-``ROWS_MAX_WIDTH`` on a GPU
+(``_softmax_fwd_rows_kernel``), with 2 warps per 1K elements of a row (2 at 512 and 1K, 4 at 2K).
+H200, device time, program per row -> two rows a program: bf16 16384 x 512 11.6 -> 7.6 us,
+16384 x 1K 19.05 -> 17.3, 65536 x 1K 69.9 -> 65.4, 4096 x 1K 4.74 -> 4.18, 16384 x 2K 38.3 -> 34.5;
+fp16 alike; float32 rows gained nothing at 1K-2K (33.5 -> 34.1 at 16384 x 1K) and keep a program
+each (benchmarks/experiments/row-schedules-rows-nvidia-h200-2026-12-01.json). The backward keeps a
+program per row."""
+
+ROWS_MIN_WIDTH = 512
+ROWS_MAX_WIDTH = 2048
+
 PIPELINE_SHARED_SLACK = 1024
 """Shared memory (bytes) left beside the stages for what else Triton keeps there (the reductions'
 scratch)."""
@@ -407,7 +445,8 @@ def pipelines_rows(width: int, dtype: torch.dtype, shared: Optional[int]) -> boo
 
 class Plan(NamedTuple):
     """How one call runs: ``strategy`` is "one-pass", "cooperative", "online" or "split";
-    ``stages`` > 1: one pass by persistent programs, that many rows in flight each."""
+    ``stages`` > 1: one pass by persistent programs, that many rows in flight each; ``rows`` > 1:
+    one pass, that many whole rows a program (the forward only)."""
 
     strategy: str
     block_n: int
@@ -415,6 +454,7 @@ class Plan(NamedTuple):
     splits: int = 1
     chunk: int = 0
     stages: int = 1
+    rows: int = 1
 
 
 def _warps(block_n: int) -> int:
@@ -443,6 +483,8 @@ def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_bl
     if width <= fit:
         if pipelines_rows(width, dtype, shared):
             return Plan("one-pass", width, _warps(width), stages=PIPELINE_STAGES)
+        if cooperative and dtype.itemsize == 2 and ROWS_MIN_WIDTH <= width <= ROWS_MAX_WIDTH:  # on a GPU
+            return Plan("one-pass", width, max(2, ROWS_PER_PROGRAM * width // 1024), rows=ROWS_PER_PROGRAM)
         return Plan("one-pass", width, _warps(width))
     coop = coop_splits(M, N, dtype, sms if cooperative else None)
     if coop:
@@ -481,6 +523,10 @@ def softmax_fwd(x: torch.Tensor) -> torch.Tensor:
                                               SPLITS_P2=triton.next_power_of_2(p.splits), ROUND_BF16=rounding,
                                               num_warps=p.num_warps, **flags)  # fmt: skip
         return y
+    if p.rows > 1:
+        _softmax_fwd_rows_kernel[(triton.cdiv(M, p.rows),)](x_rows, y, x_rows.stride(0), M, N, ROWS=p.rows, BLOCK_N=p.block_n,
+                                                           ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
+        return y
     if p.stages > 1:
         _softmax_fwd_pipelined_kernel[(min(M, runtime.gpu_sm_count(x.device) or INTERPRETER_SMS),)](
             x_rows, y, x_rows.stride(0), M, N, BLOCK_N=p.block_n, STAGES=p.stages, ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
@@ -508,6 +554,8 @@ def softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     M = y_rows.shape[0]
     dx = _empty(*y.shape, dtype=y.dtype, device=y.device)
     p = plan(M, N, y.dtype, y.device)
+    if p.rows > 1:  # several rows a program is the forward's: the backward keeps a program per row
+        p = Plan("one-pass", p.block_n, _warps(p.block_n))
     flags = dict(ACC_DTYPE=acc_dtype(y.dtype))
     rounding = round_bf16_by_hand(y.dtype)
     if p.strategy == "cooperative":
