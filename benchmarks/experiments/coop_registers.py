@@ -37,8 +37,13 @@ Mode ``keep-exp`` (a second argument) measures what won in the first run at more
 32K-256K, float32 too), with other chunks and warps, and the package's cooperative backward at
 rows of 32K (which now take one program per row) and 128K.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_registers.py OUT.json [all|keep-exp]
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_registers.py OUT.json [all|keep-exp]
+Mode ``keep16`` asks whether softmax gains from holding its bf16 chunk 16-bit after all (two
+exponentials per element again, but more elements per SM), once the widening cannot be moved above
+the wait (``keep16`` = 2: the bits are offset by a zero read from the row's counter after it), with
+chunks of 16384; and RMSNorm with chunks of 16384-32768 at 4-16 warps.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_registers.py OUT.json [all|keep-exp|keep16]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_registers.py OUT.json [all|keep-exp|keep16]
 (in the toy run a row is one chunk, and neither ``sleep`` nor ``maxnreg`` runs: the interpreter has
 no inline PTX and no registers)
 """
@@ -90,7 +95,7 @@ def _coop_variant_kernel(
     OP: tl.constexpr,  # "softmax" or "rmsnorm"
     SPLITS: tl.constexpr, CHUNK: tl.constexpr, SPLITS_P2: tl.constexpr,
     WAIT: tl.constexpr,  # "atomic" (the package), "sleep", "load", "none" (a probe: wrong answers)
-    KEEP16: tl.constexpr,  # hold the bf16 chunk across the barrier, widen it after
+    KEEP16: tl.constexpr,  # hold the bf16 chunk across the barrier, widen it after (2: after an opaque zero from the counter)
     W_AFTER: tl.constexpr,  # RMSNorm: load the weight's chunk after the barrier
     KEEP_EXP: tl.constexpr,  # softmax: hold e = exp(x - m_chunk) across the barrier, scale it after
 ):  # fmt: skip
@@ -117,7 +122,10 @@ def _coop_variant_kernel(
     tl.atomic_add(count_ptr + row, 1, sem="release")
     if WAIT != "none":
         _wait(count_ptr + row, SPLITS, WAIT)
-    if KEEP16:
+    if KEEP16 == 2:  # widen bits offset by a zero only the counter knows: the compiler cannot move it above the wait
+        zero = (tl.atomic_add(count_ptr + row, 0, sem="relaxed") - SPLITS).to(tl.uint32)
+        x = ((x_in.to(tl.uint16, bitcast=True).to(tl.uint32) + zero) << 16).to(tl.float32, bitcast=True)
+    elif KEEP16:
         x = _widen_bf16(x_in)
     if OP == "softmax":
         ms = tl.load(part_a_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"), volatile=True)
@@ -211,8 +219,22 @@ if MODE == "keep-exp":  # the second question: the knobs that won, at more shape
             return toy([(8192, 8, "atomic", k16, True, cap, False) for cap in (None, 32)]
                        + [(c, w, "atomic", k16, True, None, False) for c, w in ((16384, 16), (16384, 8), (8192, 16))], [small])  # fmt: skip
         return toy([(c, w) for c, w in ((8192, 8), (4096, 8), (16384, 16))], [(256, 1)])  # softmax-bwd: the package's coop kernel
+elif MODE == "keep16":  # the third question: softmax holding its bf16 chunk 16-bit (two exponentials), bigger chunks
+    CASES = toy(
+        [("softmax", 4096, 131072, torch.bfloat16), ("softmax", 64, 131072, torch.bfloat16), ("softmax", 64, 262144, torch.bfloat16),
+         ("rmsnorm", 4096, 65536, torch.bfloat16), ("rmsnorm", 2048, 131072, torch.bfloat16)],
+        [("softmax", 5, 200, torch.bfloat16), ("rmsnorm", 3, 200, torch.bfloat16)],
+    )  # fmt: skip
+
+    def variants(op, dtype):  # noqa: F811 - (chunk, warps, wait, keep16, w_after, maxnreg, keep_exp)
+        if SMOKE:
+            return [(256, 1, "atomic", k, op == "rmsnorm", None, False) for k in (1, 2)]
+        if op == "softmax":
+            return [(8192, 8, "atomic", False, False, None, True)] + [(c, w, "atomic", k, False, None, False)
+                                                                   for c, w, k in ((8192, 8, 1), (8192, 8, 2), (16384, 8, 2), (16384, 16, 2))]
+        return [(c, w, "atomic", k, True, None, False) for c, w, k in ((16384, 8, 1), (16384, 8, 2), (32768, 16, 1), (16384, 4, 1))]
 elif MODE != "all":
-    sys.exit(f"mode {MODE!r}: all (default) or keep-exp")
+    sys.exit(f"mode {MODE!r}: all (default), keep-exp or keep16")
 
 
 def bwd_coop_call(dy, y, dx, chunk, warps):
