@@ -284,7 +284,8 @@ def _(c: Case) -> None:
 def softmax_strategy(M: int, N: int, dtype: torch.dtype) -> str:
     try:
         p = softmax_mod.plan(M, N, dtype, DEVICE)
-        return p.strategy + (" pipelined" if p.stages > 1 else "") + (f" x{p.splits}" if p.splits > 1 else "")
+        return (p.strategy + (" pipelined" if p.stages > 1 else "") + (f" x{p.splits}" if p.splits > 1 else "")
+                + (f" rows x{p.rows}" if p.rows > 1 else ""))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a description only
         return f"? ({type(exc).__name__})"
 
@@ -352,6 +353,14 @@ def _(c: Case) -> None:
     run_softmax(c, pick(64, 5), pick(1000, 37), FP32, expected="one-pass", masked=True)
     run_softmax(c, pick(300, 3), pick(4096, 64), BF16, expected="one-pass")
     run_softmax(c, 4, pick(32768, 64), BF16, expected=one_pass_16bit_32k())  # ROW_FIT_LIMIT itself: 16 warps
+
+
+@case("softmax/rows")
+def _(c: Case) -> None:
+    # 16-bit rows of 512-2K on a GPU: two rows a program, one [2, BLOCK_N] block; an odd row count
+    # leaves the last program a row past M.
+    run_softmax(c, pick(301, 5), pick(1000, 37), BF16, expected=f"one-pass rows x{softmax_mod.ROWS_PER_PROGRAM}", masked=True)
+    run_softmax(c, pick(33, 3), pick(2048, 64), FP16, expected=f"one-pass rows x{softmax_mod.ROWS_PER_PROGRAM}")
 
 
 @case("softmax/pipelined")
