@@ -45,6 +45,7 @@ KEPT = {
     "rmsnorm_fwd_decode.py",
     "rmsnorm_fwd_passes.py",
     "row_schedules.py",
+    "same_size_copy.py",
 }
 HELPERS = {"smoke.py"}  # imported by the scripts, not a script
 RETIRED = {  # script -> the recorded output it leaves behind
@@ -89,6 +90,18 @@ def read_json(path: Path) -> dict:
     data = json.loads(path.read_text())
     assert data.get("smoke") is True or data.get("meta", {}).get("smoke") is True, "a toy run's file must say so"
     return data
+
+
+def checked_rows(script: str, out: Path, *args: str, skip=lambda row: False) -> list:
+    """Run ``script`` in its toy mode; every row (but those ``skip`` names) ran without an error,
+    within twice the float64 tolerance of its dtype, and was timed."""
+    run_toy(script, str(out), *args)
+    rows = read_json(out)["rows"]
+    assert all("error" not in r for r in rows), [r for r in rows if "error" in r]
+    for row in rows:
+        if not skip(row):
+            assert row["err"] <= 2 * tolerance(row) and row["device_us"] > 0, row
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -223,34 +236,48 @@ def test_row_schedules(tmp_path):
 def test_row_schedules_cooperative(tmp_path):
     """Toy rows of one chunk (the interpreter would wait forever at a barrier of several), but
     groups that loop over rows, with and without the prefetch: the loop's bookkeeping is checked."""
-    out = tmp_path / "rows.json"
-    run_toy("row_schedules.py", str(out), "cooperative")
-    rows = read_json(out)["rows"]
-    assert all("error" not in r for r in rows), [r for r in rows if "error" in r]
-    for row in rows:
-        assert row["err"] <= 2 * tolerance(row) and row["device_us"] > 0, row
+    rows = checked_rows("row_schedules.py", tmp_path / "rows.json", "cooperative")
     coop = [r for r in rows if r["impl"] == "persistent cooperative"]
     assert {(r["op"], r["prefetch"]) for r in coop} == {(op, p) for op in ("softmax", "rmsnorm") for p in (True, False)}
 
 
-@pytest.mark.parametrize("mode", ["all", "keep-exp"])
+@pytest.mark.parametrize("mode", ["all", "keep-exp", "keep16"])
 def test_coop_registers(tmp_path, mode):
     """Toy rows of one chunk: every knob that the interpreter can run (not nanosleep, not maxnreg)
     gives the right answer through the variant kernel, and the backward's chunk choices too."""
-    out = tmp_path / "coop.json"
-    run_toy("coop_registers.py", str(out), mode)
-    rows = read_json(out)["rows"]
-    assert all("error" not in r for r in rows), [r for r in rows if "error" in r]
-    checked = [r for r in rows if r["impl"] != "counters memset" and r.get("wait") != "none"]
-    for row in checked:
-        assert row["err"] <= 2 * tolerance(row) and row["device_us"] > 0, row
+    rows = checked_rows("coop_registers.py", tmp_path / "coop.json", mode, skip=lambda r: r["impl"] == "counters memset" or r.get("wait") == "none")
     variants = [r for r in rows if r["impl"] == "variant"]
     if mode == "all":
         assert {(r["op"], r["keep16"], r["w_after"]) for r in variants if r["dtype"] == "bfloat16"} >= {
             ("softmax", False, False), ("softmax", True, False), ("rmsnorm", True, True), ("rmsnorm", False, False)}
         assert {r["wait"] for r in variants} == {"atomic", "load"}
-    else:
+    elif mode == "keep-exp":
         assert any(r["keep_exp"] for r in variants) and {r["op"] for r in rows} == {"softmax", "rmsnorm", "softmax-bwd"}
+    else:
+        assert {(r["op"], r["keep16"]) for r in variants} == {(op, k) for op in ("softmax", "rmsnorm") for k in (1, 2)}
+
+
+def test_row_schedules_rows(tmp_path):
+    rows = checked_rows("row_schedules.py", tmp_path / "rows.json", "rows")
+    assert {r["impl"] for r in rows} == {"tritonforge", "torch.softmax", "rows"}
+    assert {r["rows"] for r in rows if r["impl"] == "rows"} == {2, 4, 8}
+
+
+def test_same_size_copy(tmp_path):
+    """Every copy is checked equal to its source before it is timed; each kernel row names the
+    fastest copy of its shape and its fraction of it."""
+    out = tmp_path / "copy.json"
+    run_toy("same_size_copy.py", str(out))
+    rows = read_json(out)["rows"]
+    assert all("error" not in r for r in rows), [r for r in rows if "error" in r]
+    ours = [r for r in rows if r["impl"] == "tritonforge"]
+    assert {(r["op"], r["direction"]) for r in ours} == {("softmax", "forward"), ("softmax", "backward"), ("rmsnorm", "forward")}
+    for row in ours:
+        assert row["err"] <= 2 * tolerance(row), row
+        copies = [r["device_us"] for r in rows if r["impl"] != "tritonforge" and (r["op"], r["shape"], r["dtype"], r["direction"]) ==
+                  (row["op"], row["shape"], row["dtype"], row["direction"])]  # fmt: skip
+        assert len(copies) >= 3 and row["same_copy_us"] == min(copies), row  # memcpy, torch.mul, each Triton copy
+        assert row["of_same_copy"] == pytest.approx(row["same_copy_us"] / row["device_us"])
 
 
 def test_e2e_llama(tmp_path):

@@ -89,7 +89,9 @@ COOP_CHUNK = 8192
 """Elements of a row each program of a cooperative row holds in registers (float64: half).
 Measured on the H200 (benchmarks/experiments/long-rows-nvidia-h200-2026-11-30.json): 8192 with
 8 warps was the best or within 2% of it for softmax, its backward and RMSNorm, bf16 and float32,
-rows of 32K-128K; 1024 (too many partials) and 16384-32768 (too few programs) were slower."""
+rows of 32K-128K; 1024 (too many partials) and 16384-32768 (too few programs) were slower. RMSNorm's
+bf16 forward, whose chunk stays 16-bit across the barrier, takes twice this
+(``rmsnorm.fwd_coop_chunk``)."""
 
 COOP_WARPS = 8
 
