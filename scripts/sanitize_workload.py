@@ -327,8 +327,8 @@ def softmax_online_plan() -> Iterator[None]:
         return
     original = softmax_mod.plan
 
-    def online(M, N, dtype, device):
-        p = original(M, N, dtype, device)
+    def online(M, N, dtype, device, backward=False):
+        p = original(M, N, dtype, device, backward)
         if p.strategy in ("cooperative", "split"):
             block = softmax_mod.LOOP_BLOCK_N // (2 if dtype == torch.float64 else 1)
             return softmax_mod.Plan("online", block, softmax_mod._warps(block))

@@ -57,7 +57,8 @@ RETIRED = {  # script -> the recorded output it leaves behind
 }
 DELIBERATE_KERNELS = {"_rms_norm_fwd_kernel", "_rms_norm_bwd_kernel", "_softmax_fwd_kernel", "_softmax_coop_kernel", "_softmax_bwd_coop_kernel",
                       "_rms_norm_fwd_coop_kernel", "_online_state", "_write_softmax", "_softmax_split_state_kernel",
-                      "_softmax_split_write_kernel", "_softmax_fwd_pipelined_kernel"}
+                      "_softmax_split_write_kernel", "_softmax_fwd_pipelined_kernel",
+                      "_softmax_fwd_rows_kernel"}
 """Private names a script may use: a kernel it launches itself with its own choices."""
 
 TIMEOUT_S = 180

@@ -10,7 +10,7 @@ bf16 keeps half the bytes in flight that float32 does. Three ways to hold fewer 
 three ways to wait, each beside the package's kernel:
 
 - ``keep16``: hold the chunk across the barrier in its 16-bit form and widen it again after (bf16
-  only: the widening by moving the bits is exact, and is a different instruction sequence from the
+  only: the widening by moving the bits, ``kernel_utils.widen_bf16``, is exact, and is a different instruction sequence from the
   first ``.to(float32)``, so the compiler cannot merge the two and keep the float32 copy alive);
 - ``w_after`` (RMSNorm): load the weight's chunk after the barrier, not before it;
 - ``keep_exp`` (softmax): hold ``e = exp(x - m_chunk)`` across the barrier instead of x, and
@@ -57,17 +57,11 @@ import smoke  # first: imports tritonforge before triton
 import tritonforge as tfg
 from smoke import DEVICE, SMOKE, toy
 from tritonforge import reference
-from tritonforge.kernel_utils import coop_counters, round_bf16_by_hand
+from tritonforge.kernel_utils import coop_counters, round_bf16_by_hand, widen_bf16
 from tritonforge.ops import softmax
 
 import triton
 import triton.language as tl
-
-
-@triton.jit
-def _widen_bf16(x16):
-    """bf16 -> float32 by moving the bits up (exact)."""
-    return (x16.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -126,7 +120,7 @@ def _coop_variant_kernel(
         zero = (tl.atomic_add(count_ptr + row, 0, sem="relaxed") - SPLITS).to(tl.uint32)
         x = ((x_in.to(tl.uint16, bitcast=True).to(tl.uint32) + zero) << 16).to(tl.float32, bitcast=True)
     elif KEEP16:
-        x = _widen_bf16(x_in)
+        x = widen_bf16(x_in)
     if OP == "softmax":
         ms = tl.load(part_a_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"), volatile=True)
         ss = tl.load(part_b_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True)

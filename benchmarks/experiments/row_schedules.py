@@ -21,7 +21,10 @@ schedules that change what is in flight, each beside the package's plan:
 
 The recorded mode-``all`` file came from this script's own copy of the persistent one-pass kernel
 (commit 4acdb30), before the package had it; the script now launches the package's
-``softmax._softmax_fwd_pipelined_kernel``, the same kernel.
+``softmax._softmax_fwd_pipelined_kernel``, the same kernel. Likewise the ``rows`` variants of the
+recorded ``all`` and ``rows`` files came from the script's own rows kernel (commit f261373; it also
+zeroed the rows past M before the sum, which are never stored); the script now launches the
+package's ``softmax._softmax_fwd_rows_kernel``.
 
 Every variant is checked against float64 first (a wrong one is reported, not timed); times are
 device time (CUDA-graph replay, median); fractions are of the big copy's bandwidth
@@ -70,20 +73,6 @@ def _softmax_two_pass_persistent_kernel(x_ptr, y_ptr, M, N, stride, BLOCK_N: tl.
         r = tl.cast(row, tl.int64)
         m, s = _online_state(x_ptr + r * stride, 0, N, BLOCK_N, tl.float32)
         _write_softmax(x_ptr + r * stride, y_ptr + r * N, 0, N, m, s, BLOCK_N, tl.float32, False)
-
-
-@triton.jit
-def _softmax_rows_kernel(x_ptr, y_ptr, M, N, stride, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """ROWS rows per program as one [ROWS, BLOCK_N] block."""
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    r = rows.to(tl.int64)[:, None]
-    x = tl.load(x_ptr + r * stride + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-    e = tl.exp(x - tl.max(x, axis=1)[:, None])
-    e = tl.where(mask, e, 0.0)  # rows past M: all -inf would give NaN (masked at the store anyway)
-    y = e * (1.0 / tl.sum(e, axis=1))[:, None]
-    tl.store(y_ptr + r * N + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -194,7 +183,9 @@ def rows_call(x, y, rows, warps):
     m, n = x.shape
 
     def call():
-        _softmax_rows_kernel[(triton.cdiv(m, rows),)](x, y, m, n, x.stride(0), ROWS=rows, BLOCK_N=triton.next_power_of_2(n), num_warps=warps)
+        softmax._softmax_fwd_rows_kernel[(triton.cdiv(m, rows),)](x, y, x.stride(0), m, n, ROWS=rows, BLOCK_N=triton.next_power_of_2(n),
+                                                                 ACC_DTYPE=tl.float32, ROUND_BF16=round_bf16_by_hand(x.dtype),
+                                                                 num_warps=warps)  # fmt: skip
         return y
 
     return call

@@ -186,9 +186,9 @@ def test_pipelined_kernel(monkeypatch, dtype, device):
     _skip_unsupported(dtype, device)
     real_plan = softmax_module.plan
 
-    def forced(M, N, dtype, device):
-        p = real_plan(M, N, dtype, device)
-        return p._replace(stages=softmax_module.PIPELINE_STAGES) if p.strategy == "one-pass" else p
+    def forced(M, N, dtype, device, backward=False):
+        p = real_plan(M, N, dtype, device, backward)
+        return p._replace(stages=softmax_module.PIPELINE_STAGES) if p.strategy == "one-pass" and not backward else p
 
     monkeypatch.setattr(softmax_module, "plan", forced)
     for M, N in [(7, 37), (300, 100)] if device == "cpu" else [(7, 37), (300, 1000), (1000, 65536 // dtype.itemsize)]:  # 3 x 64 KB
@@ -210,6 +210,8 @@ def test_rows_per_program_plan_only_for_short_16_bit_rows_on_a_gpu():
         assert softmax_module._plan_cached(M, N, dtype, **h200).rows == 1, (M, N, dtype)
     assert softmax_module._plan_cached(16384, 1024, torch.bfloat16, **{**h200, "cooperative": False, "shared": None}).rows == 1
     assert plan(16384, 1024, torch.bfloat16, torch.device("cpu")).rows == 1
+    assert softmax_module._plan_cached(16384, 1024, torch.bfloat16, **h200, backward=True) == softmax_module.Plan("one-pass", 1024, 4)
+    assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **h200, backward=True).stages == 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=_name)
@@ -221,9 +223,9 @@ def test_rows_per_program_kernel(monkeypatch, dtype, device):
     real_plan = softmax_module.plan
     for rows in (2, 4):
 
-        def forced(M, N, dtype, device, rows=rows):
-            p = real_plan(M, N, dtype, device)
-            return p._replace(rows=rows, num_warps=2) if p.strategy == "one-pass" else p
+        def forced(M, N, dtype, device, backward=False, rows=rows):
+            p = real_plan(M, N, dtype, device, backward)
+            return p._replace(rows=rows, num_warps=2) if p.strategy == "one-pass" and not backward else p
 
         monkeypatch.setattr(softmax_module, "plan", forced)
         for M, N in [(7, 37), (301, 100)] if device == "cpu" else [(7, 37), (301, 1000), (4097, 2048)]:

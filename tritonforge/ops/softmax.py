@@ -461,8 +461,9 @@ def _warps(block_n: int) -> int:
     return 4 if block_n <= 1024 else (8 if block_n <= 8192 else 16)
 
 
-def plan(M: int, N: int, dtype: torch.dtype, device: torch.device) -> Plan:
-    """The strategy for ``M`` rows of ``N`` (forward and backward alike).
+def plan(M: int, N: int, dtype: torch.dtype, device: torch.device, backward: bool = False) -> Plan:
+    """The strategy for ``M`` rows of ``N``; ``backward``: the backward's (the same strategies,
+    but one pass is always a program per row: no pipelined loop, no several rows a program).
 
     Rows that fit (:data:`ROW_FIT_LIMIT`) take one pass. Longer rows on a GPU are cooperative
     when their chunks make at least one program per SM (``kernel_utils.coop_splits``). Otherwise
@@ -471,16 +472,18 @@ def plan(M: int, N: int, dtype: torch.dtype, device: torch.device) -> Plan:
     of loop blocks)."""
     sms = runtime.gpu_sm_count(device)
     shared = runtime.shared_memory_per_block(device) if sms is not None else None
-    return _plan_cached(M, N, dtype, sms or INTERPRETER_SMS, ROW_FIT_LIMIT, LOOP_BLOCK_N, MAX_SPLITS, sms is not None, shared)
+    return _plan_cached(M, N, dtype, sms or INTERPRETER_SMS, ROW_FIT_LIMIT, LOOP_BLOCK_N, MAX_SPLITS, sms is not None, shared, backward)
 
 
 @functools.lru_cache(maxsize=4096)
 def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_block: int, max_splits: int,
-                 cooperative: bool = False, shared: Optional[int] = None) -> Plan:  # fmt: skip
+                 cooperative: bool = False, shared: Optional[int] = None, backward: bool = False) -> Plan:  # fmt: skip
     if dtype == torch.float64:
         fit, loop_block = fit // 2, loop_block // 2
     width = triton.next_power_of_2(max(N, 1))
     if width <= fit:
+        if backward:
+            return Plan("one-pass", width, _warps(width))
         if pipelines_rows(width, dtype, shared):
             return Plan("one-pass", width, _warps(width), stages=PIPELINE_STAGES)
         if cooperative and dtype.itemsize == 2 and ROWS_MIN_WIDTH <= width <= ROWS_MAX_WIDTH:  # on a GPU
@@ -553,9 +556,7 @@ def softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     y_rows = as_rows(y, N).contiguous()  # the forward's own output: contiguous already
     M = y_rows.shape[0]
     dx = _empty(*y.shape, dtype=y.dtype, device=y.device)
-    p = plan(M, N, y.dtype, y.device)
-    if p.rows > 1:  # several rows a program is the forward's: the backward keeps a program per row
-        p = Plan("one-pass", p.block_n, _warps(p.block_n))
+    p = plan(M, N, y.dtype, y.device, backward=True)
     flags = dict(ACC_DTYPE=acc_dtype(y.dtype))
     rounding = round_bf16_by_hand(y.dtype)
     if p.strategy == "cooperative":
