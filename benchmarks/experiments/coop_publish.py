@@ -1,0 +1,207 @@
+"""What does a cooperative row's barrier cost after the last arrival, and can a program that holds
+nothing across it fill the GPU in one wave?
+
+The package's cooperative kernels (softmax rows of 64K-256K, its backward, RMSNorm rows of
+64K-128K) publish each chunk's statistic with plain stores, then arrive at the row's counter with a
+releasing atomic (``kernel_utils.row_barrier``), spin on an acquiring read of it, and load the
+statistics once the count is full: after the last arrival, a fence, the counter's round trip and
+the statistics' round trip. Two variants, each beside the package's kernel:
+
+- ``exchange``: the same program, but the statistic travels in its own flagged 64-bit word
+  (``kernel_utils.row_exchange``): one relaxed atomic exchange to publish, one spin on the row's
+  words that ends holding every value. Same registers, fewer round trips.
+- ``reread`` (softmax forward): a program holds nothing across the wait. It reduces its chunk in
+  blocks of ``block`` (the online state, loaded ``evict_last``), exchanges, and writes its chunk
+  re-reading x (from L2, where the chunks in flight still are). Few registers, so every program of
+  64 rows of 128K fits the GPU at once (one wave; the package's take two), at the price of a
+  second read from L2.
+
+Checked against float64 first (a wrong answer is reported, not timed); device time (CUDA-graph
+replay, median; the zeroing of counters or slots is in the timed call, as in the package);
+``fraction_of_copy`` against the big copy's bandwidth. ``n_regs`` from the compiled kernel.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_publish.py OUT.json
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_publish.py OUT.json
+(in the toy run a row is one chunk: the interpreter runs programs one after another)
+"""
+
+import json
+import sys
+
+import torch
+
+import smoke  # first: imports tritonforge before triton
+import tritonforge as tfg
+from smoke import DEVICE, toy
+from tritonforge import reference
+from tritonforge.kernel_utils import coop_slots, row_exchange, widen_bf16
+from tritonforge.ops import softmax
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _as_f32(bits):
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _softmax_exchange_kernel(x_ptr, y_ptr, slots_ptr, stride, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr, SPLITS_P2: tl.constexpr,
+                             REREAD: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    """The package's cooperative softmax forward with ``row_exchange``; ``REREAD``: in blocks, nothing held across the wait."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    x_row = x_ptr + row * stride
+    y_row = y_ptr + row * N
+    if REREAD:
+        start = split * CHUNK
+        end = tl.minimum(start + CHUNK, N)
+        m, s = softmax._online_state(x_row, start, end, BLOCK, tl.float32)
+    else:
+        cols = split * CHUNK + tl.arange(0, CHUNK)
+        mask = cols < N
+        x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(tl.float32)
+        m = tl.max(x, axis=0)
+        m_ref = tl.where(m == -float("inf"), 0.0, m)
+        e = tl.exp(x - m_ref)
+        s = tl.sum(e, axis=0)
+    his, los = row_exchange(slots_ptr + row * SPLITS, split, s.to(tl.uint32, bitcast=True), m.to(tl.uint32, bitcast=True), SPLITS, SPLITS_P2)
+    valid = tl.arange(0, SPLITS_P2) < SPLITS
+    ms = tl.where(valid, _as_f32(los), -float("inf"))
+    ss = tl.where(valid, _as_f32(his), 0.0)
+    m_row = tl.max(ms, axis=0)
+    s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)
+    if REREAD:
+        softmax._write_softmax(x_row, y_row, start, end, m_row, s_row, BLOCK, tl.float32, False)
+    else:
+        y = e * (tl.exp(m - m_row) / s_row)
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rmsnorm_exchange_kernel(x_ptr, w_ptr, y_ptr, slots_ptr, stride, N, eps, SPLITS: tl.constexpr, CHUNK: tl.constexpr,
+                             SPLITS_P2: tl.constexpr, KEEP16: tl.constexpr):  # fmt: skip
+    """The package's cooperative RMSNorm forward (weight after the wait, bf16 held 16-bit) with ``row_exchange``."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    x_in = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0)
+    x = x_in.to(tl.float32)
+    sum_sq = tl.sum(x * x, axis=0)
+    his, los = row_exchange(slots_ptr + row * SPLITS, split, sum_sq.to(tl.uint32, bitcast=True), tl.zeros([], tl.uint32), SPLITS, SPLITS_P2)
+    if KEEP16:
+        x = widen_bf16(x_in)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(_as_f32(his), axis=0) / N + eps)
+    y = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32) * w
+    tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_exchange_kernel(dy_ptr, y_ptr, dx_ptr, slots_ptr, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr, SPLITS_P2: tl.constexpr):
+    """The package's cooperative softmax backward with ``row_exchange`` (the dot's bits in ``lo``)."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    dy = tl.load(dy_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    part = tl.sum(dy * y, axis=0)
+    his, los = row_exchange(slots_ptr + row * SPLITS, split, tl.zeros([], tl.uint32), part.to(tl.uint32, bitcast=True), SPLITS, SPLITS_P2)
+    dot = tl.sum(_as_f32(los), axis=0)
+    tl.store(dx_ptr + row * N + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+def exchange_call(op, args, m, n, chunk, warps, info, block=None):
+    """One launch of a variant (slots zeroed inside the timed call, as the package zeroes its counters)."""
+    splits = triton.cdiv(n, chunk)
+    p2 = triton.next_power_of_2(splits)
+
+    def call():
+        slots = coop_slots(m, splits, args[0].device)
+        if op == "softmax":
+            x, y = args
+            k = _softmax_exchange_kernel[(m * splits,)](x, y, slots, x.stride(0), n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
+                                                        REREAD=block is not None, BLOCK=block or 1, num_warps=warps)  # fmt: skip
+        elif op == "rmsnorm":
+            x, w, y = args
+            k = _rmsnorm_exchange_kernel[(m * splits,)](x, w, y, slots, x.stride(0), n, 1e-6, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
+                                                        KEEP16=x.dtype == torch.bfloat16, num_warps=warps)  # fmt: skip
+        else:
+            dy, y, dx = args
+            k = _softmax_bwd_exchange_kernel[(m * splits,)](dy, y, dx, slots, n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2, num_warps=warps)
+        if not info and k is not None and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+        return args[-1]
+
+    return call
+
+
+CASES = toy(
+    [("softmax", 4096, 131072, torch.bfloat16), ("softmax", 64, 131072, torch.bfloat16), ("softmax", 64, 262144, torch.bfloat16),
+     ("softmax", 512, 131072, torch.bfloat16), ("softmax", 4096, 131072, torch.float32), ("softmax", 64, 131072, torch.float32),
+     ("rmsnorm", 4096, 65536, torch.bfloat16), ("rmsnorm", 2048, 131072, torch.bfloat16), ("rmsnorm", 4096, 65536, torch.float32),
+     ("rmsnorm", 2048, 131072, torch.float32), ("softmax-bwd", 4096, 131072, torch.bfloat16), ("softmax-bwd", 64, 131072, torch.bfloat16),
+     ("softmax-bwd", 64, 262144, torch.bfloat16), ("softmax-bwd", 4096, 131072, torch.float32)],
+    [("softmax", 5, 200, torch.bfloat16), ("softmax", 3, 256, torch.float32), ("rmsnorm", 3, 200, torch.bfloat16),
+     ("softmax-bwd", 3, 200, torch.float32)],
+)  # fmt: skip
+
+
+def variants(op, dtype):
+    """(chunk, warps, block): block None is the package's program with the exchange; else ``reread``."""
+    if op == "rmsnorm":
+        return [(toy(16384 if dtype == torch.bfloat16 else 8192, 256), toy(8, 1), None)]
+    if op == "softmax-bwd":
+        return [(toy(8192, 256), toy(8, 1), None)]
+    return toy([(8192, 8, None), (8192, 4, 2048), (8192, 8, 4096), (16384, 8, 4096), (4096, 4, 1024), (16384, 4, 2048)],
+               [(256, 1, None), (256, 1, 64)])  # fmt: skip
+
+
+copy = smoke.copy_ceiling()
+print("copy GB/s", round(copy["gbps"], 1), flush=True)
+results = []
+
+
+def save():
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+    with open(sys.argv[1], "w") as f:
+        json.dump({"device": smoke.device_name(), "torch": torch.__version__, "triton": triton.__version__, "copy": copy, "rows": results,
+                   **smoke.meta()}, f, indent=1)  # fmt: skip
+
+
+for op, m, n, dtype in CASES:
+    x = (4 * torch.randn(m, n, device=DEVICE)).to(dtype)
+    base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
+    out = torch.empty_like(x)
+    if op == "softmax-bwd":
+        y = tfg.softmax(x)
+        dy = torch.randn_like(y)
+        ref = reference.softmax_bwd_ref(dy, y, upcast=True)
+        nbytes = 3 * m * n * x.element_size()
+        package, args = (lambda: softmax.softmax_bwd(dy, y)), (dy, y, out)
+        plan = list(softmax.plan(m, n, dtype, x.device, backward=True))
+    elif op == "softmax":
+        ref = reference.softmax_ref(x, upcast=True)
+        nbytes = 2 * m * n * x.element_size()
+        package, args = (lambda: tfg.softmax(x)), (x, out)
+        plan = list(softmax.plan(m, n, dtype, x.device))
+    else:
+        w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(dtype)
+        ref = reference.rms_norm_ref(x, w, 1e-6, upcast=True)
+        nbytes = 2 * m * n * x.element_size()
+        package, args, plan = (lambda: tfg.rms_norm(x, w, 1e-6)), (x, w, out), None
+    results.append(smoke.checked_row({**base, "impl": "tritonforge", "plan": plan}, package, ref, nbytes, copy["gbps"]))
+    for chunk, warps, block in variants(op, dtype):
+        info = {}
+        row = {**base, "impl": "exchange" if block is None else "reread", "chunk": chunk, "warps": warps, "block": block}
+        results.append({**smoke.checked_row(row, exchange_call(op, args, m, n, chunk, warps, info, block), ref, nbytes, copy["gbps"]), **info})
+    x = y = dy = w = out = ref = args = package = None
+    save()
+print("wrote", sys.argv[1])
