@@ -20,8 +20,13 @@ Checked against float64 first (a wrong answer is reported, not timed); device ti
 replay, median; the zeroing of counters or slots is in the timed call, as in the package);
 ``fraction_of_copy`` against the big copy's bandwidth. ``n_regs`` from the compiled kernel.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_publish.py OUT.json
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_publish.py OUT.json
+Mode ``hold16`` (a second argument) is a probe, not a candidate: the package's cooperative softmax
+holding ``e`` across the barrier as float16 (16 bits, still one exponential; float16 loses the
+smallest probabilities, so the package could never ship it), to bound what a bf16 chunk held in
+16 bits on chip would gain, at chunks of 8192-16384.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_publish.py OUT.json [all|hold16]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_publish.py OUT.json [all|hold16]
 (in the toy run a row is one chunk: the interpreter runs programs one after another)
 """
 
@@ -34,7 +39,7 @@ import smoke  # first: imports tritonforge before triton
 import tritonforge as tfg
 from smoke import DEVICE, toy
 from tritonforge import reference
-from tritonforge.kernel_utils import coop_slots, row_exchange, widen_bf16
+from tritonforge.kernel_utils import coop_counters, coop_slots, row_barrier, row_exchange, widen_bf16
 from tritonforge.ops import softmax
 
 import triton
@@ -117,6 +122,50 @@ def _softmax_bwd_exchange_kernel(dy_ptr, y_ptr, dx_ptr, slots_ptr, N, SPLITS: tl
     tl.store(dx_ptr + row * N + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _softmax_hold16_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stride, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr,
+                           SPLITS_P2: tl.constexpr):  # fmt: skip
+    """A probe, not a candidate: the package's cooperative softmax forward holding ``e`` across the
+    barrier as float16 (16 bits, one exponential), to bound what holding a bf16 chunk in 16 bits
+    could gain. float16 flushes ``e`` below 6e-8 to zero and keeps fewer bits below 6e-5, so the
+    smallest probabilities come out wrong: never the package's kernel."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
+    m_ref = tl.where(m == -float("inf"), 0.0, m)
+    e = tl.exp(x - m_ref)
+    tl.store(part_m_ptr + row * SPLITS + split, m)
+    tl.store(part_s_ptr + row * SPLITS + split, tl.sum(e, axis=0))
+    e16 = e.to(tl.float16)
+    row_barrier(count_ptr + row, SPLITS)
+    parts = tl.arange(0, SPLITS_P2)
+    ms = tl.load(part_m_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"), volatile=True)
+    ss = tl.load(part_s_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True)
+    m_row = tl.max(ms, axis=0)
+    s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)
+    y = e16.to(tl.float32) * (tl.exp(m - m_row) / s_row)
+    tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def hold16_call(x, y, chunk, warps, info):
+    m, n = x.shape
+    splits = triton.cdiv(n, chunk)
+    parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
+
+    def call():
+        k = _softmax_hold16_kernel[(m * splits,)](x, y, *parts, coop_counters(m, x.device), x.stride(0), n, SPLITS=splits, CHUNK=chunk,
+                                                  SPLITS_P2=triton.next_power_of_2(splits), num_warps=warps)  # fmt: skip
+        if not info and k is not None and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+        return y
+
+    return call
+
+
 def exchange_call(op, args, m, n, chunk, warps, info, block=None):
     """One launch of a variant (slots zeroed inside the timed call, as the package zeroes its counters)."""
     splits = triton.cdiv(n, chunk)
@@ -153,8 +202,19 @@ CASES = toy(
 )  # fmt: skip
 
 
+MODE = sys.argv[2] if len(sys.argv) > 2 else "all"
+if MODE == "hold16":  # the second question: what would holding a bf16 chunk in 16 bits gain (a probe)
+    CASES = toy([("softmax", 4096, 131072, torch.bfloat16), ("softmax", 64, 131072, torch.bfloat16), ("softmax", 64, 262144, torch.bfloat16),
+                 ("softmax", 512, 131072, torch.bfloat16)], [("softmax", 5, 200, torch.bfloat16)])  # fmt: skip
+elif MODE != "all":
+    sys.exit(f"mode {MODE!r}: all (default) or hold16")
+
+
 def variants(op, dtype):
-    """(chunk, warps, block): block None is the package's program with the exchange; else ``reread``."""
+    """(chunk, warps, block): block None is the package's program with the exchange; else ``reread``;
+    block "hold16": the probe holding float16 exponentials, with the package's barrier."""
+    if MODE == "hold16":
+        return toy([(8192, 8, "hold16"), (16384, 8, "hold16"), (16384, 16, "hold16"), (8192, 4, "hold16")], [(256, 1, "hold16")])
     if op == "rmsnorm":
         return [(toy(16384 if dtype == torch.bfloat16 else 8192, 256), toy(8, 1), None)]
     if op == "softmax-bwd":
@@ -200,8 +260,13 @@ for op, m, n, dtype in CASES:
     results.append(smoke.checked_row({**base, "impl": "tritonforge", "plan": plan}, package, ref, nbytes, copy["gbps"]))
     for chunk, warps, block in variants(op, dtype):
         info = {}
-        row = {**base, "impl": "exchange" if block is None else "reread", "chunk": chunk, "warps": warps, "block": block}
-        results.append({**smoke.checked_row(row, exchange_call(op, args, m, n, chunk, warps, info, block), ref, nbytes, copy["gbps"]), **info})
+        if block == "hold16":
+            row = {**base, "impl": "hold16", "chunk": chunk, "warps": warps}
+            call = hold16_call(x, out, chunk, warps, info)
+        else:
+            row = {**base, "impl": "exchange" if block is None else "reread", "chunk": chunk, "warps": warps, "block": block}
+            call = exchange_call(op, args, m, n, chunk, warps, info, block)
+        results.append({**smoke.checked_row(row, call, ref, nbytes, copy["gbps"]), **info})
     x = y = dy = w = out = ref = args = package = None
     save()
 print("wrote", sys.argv[1])
