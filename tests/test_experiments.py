@@ -34,6 +34,7 @@ EXPERIMENTS = REPO / "benchmarks" / "experiments"
 
 KEPT = {
     "attention_tiles.py",
+    "coop_publish.py",
     "coop_registers.py",
     "e2e_llama.py",
     "inductor_rmsnorm.py",
@@ -256,6 +257,19 @@ def test_coop_registers(tmp_path, mode):
         assert any(r["keep_exp"] for r in variants) and {r["op"] for r in rows} == {"softmax", "rmsnorm", "softmax-bwd"}
     else:
         assert {(r["op"], r["keep16"]) for r in variants} == {(op, k) for op in ("softmax", "rmsnorm") for k in (1, 2)}
+
+
+@pytest.mark.parametrize("mode", ["all", "hold16"])
+def test_coop_publish(tmp_path, mode):
+    """Toy rows of one chunk: the exchange (a program publishes and reads back its own flagged
+    word), the re-reading program and the float16 probe give the right answer beside the package."""
+    rows = checked_rows("coop_publish.py", tmp_path / "publish.json", mode)
+    impls = {(r["op"], r["impl"]) for r in rows}
+    if mode == "all":
+        assert impls == {(op, "tritonforge") for op in ("softmax", "rmsnorm", "softmax-bwd")} | {
+            ("softmax", "exchange"), ("softmax", "reread"), ("rmsnorm", "exchange"), ("softmax-bwd", "exchange")}
+    else:
+        assert impls == {("softmax", "tritonforge"), ("softmax", "hold16")}
 
 
 def test_row_schedules_rows(tmp_path):

@@ -118,47 +118,6 @@ def row_barrier(
         pass
 
 
-PUBLISHED = tl.constexpr(-(1 << 63))
-"""The flag of a :func:`row_exchange` slot, its top bit: set in every word a program publishes (the
-slots are zeroed before the launch, so a published word is negative), which makes a statistic's
-arrival and its value one 64-bit write."""
-
-
-@triton.jit
-def row_exchange(
-    slots_ptr,  # *int64 [SPLITS]: the row's slots, zeroed before the launch
-    split,  # this program's slot
-    hi,  # uint32 whose top bit is clear (a sum of exponentials or of squares, or 0)
-    lo,  # uint32
-    SPLITS,  # programs of the row
-    SPLITS_P2: tl.constexpr,  # next power of two of SPLITS
-):
-    """Publish ``(hi, lo)`` in this program's slot, wait until every program of the row has
-    published its own, and return all of them: ``(his, los)``, ``[SPLITS_P2]`` uint32 vectors
-    (lanes past ``SPLITS`` are 0: mask them).
-
-    The barrier and the exchange in one: the statistic travels in the same 64-bit word as its flag
-    (:data:`PUBLISHED`), written by one atomic exchange and read by single-copy-atomic 64-bit loads,
-    so a program that sees every flag has every value, and no fence or separate counter is needed
-    (:func:`row_barrier` releases, increments a counter, spins on it, then loads the statistics).
-    The same residency assumption as :func:`row_barrier`; never on the interpreter."""
-    word = (hi.to(tl.int64) << 32) | lo.to(tl.int64) | PUBLISHED
-    tl.atomic_xchg(slots_ptr + split, word, sem="relaxed")
-    parts = tl.arange(0, SPLITS_P2)
-    valid = parts < SPLITS
-    words = tl.load(slots_ptr + parts, mask=valid, other=PUBLISHED, volatile=True)
-    while tl.max(words, axis=0) >= 0:  # some slot not yet published
-        words = tl.load(slots_ptr + parts, mask=valid, other=PUBLISHED, volatile=True)
-    his = tl.where(valid, (words >> 32).to(tl.uint32) & 0x7FFFFFFF, 0)
-    los = tl.where(valid, words.to(tl.uint32), 0)
-    return his, los
-
-
-def coop_slots(M: int, splits: int, device: torch.device) -> torch.Tensor:
-    """The rows' slots for :func:`row_exchange`: ``[M, splits]`` int64, zeroed for every launch."""
-    return torch.zeros(M, splits, dtype=torch.int64, device=device)
-
-
 def coop_splits(M: int, N: int, dtype: torch.dtype, sms: Optional[int], chunk: Optional[int] = None) -> int:
     """How many programs hold each row on the cooperative path (chunks of ``chunk`` elements,
     :func:`coop_chunk` by default), or 0 where it does not apply:
