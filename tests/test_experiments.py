@@ -278,11 +278,12 @@ def test_row_schedules_rows(tmp_path):
     assert {r["rows"] for r in rows if r["impl"] == "rows"} == {2, 4, 8}
 
 
-def test_same_size_copy(tmp_path):
+@pytest.mark.parametrize("mode", ["hot", "cold"])
+def test_same_size_copy(tmp_path, mode):
     """Every copy is checked equal to its source before it is timed; each kernel row names the
-    fastest copy of its shape and its fraction of it."""
+    fastest copy of its shape and its fraction of it; mode cold cycles through several sets."""
     out = tmp_path / "copy.json"
-    run_toy("same_size_copy.py", str(out))
+    run_toy("same_size_copy.py", str(out), mode)
     rows = read_json(out)["rows"]
     assert all("error" not in r for r in rows), [r for r in rows if "error" in r]
     ours = [r for r in rows if r["impl"] == "tritonforge"]
@@ -293,6 +294,7 @@ def test_same_size_copy(tmp_path):
                   (row["op"], row["shape"], row["dtype"], row["direction"])]  # fmt: skip
         assert len(copies) >= 3 and row["same_copy_us"] == min(copies), row  # memcpy, torch.mul, each Triton copy
         assert row["of_same_copy"] == pytest.approx(row["same_copy_us"] / row["device_us"])
+        assert (row["sets"] > 1) == (mode == "cold"), row
 
 
 def test_e2e_llama(tmp_path):
