@@ -30,7 +30,6 @@ Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_publish.py OUT.j
 (in the toy run a row is one chunk: the interpreter runs programs one after another)
 """
 
-import json
 import sys
 
 import torch
@@ -44,7 +43,6 @@ from tritonforge.ops import softmax
 
 import triton
 import triton.language as tl
-
 
 PUBLISHED = tl.constexpr(-(1 << 63))
 """The flag of a :func:`row_exchange` slot, its top bit: set in every word a program publishes (the
@@ -269,14 +267,6 @@ print("copy GB/s", round(copy["gbps"], 1), flush=True)
 results = []
 
 
-def save():
-    if DEVICE == "cuda":
-        torch.cuda.empty_cache()
-    with open(sys.argv[1], "w") as f:
-        json.dump({"device": smoke.device_name(), "torch": torch.__version__, "triton": triton.__version__, "copy": copy, "rows": results,
-                   **smoke.meta()}, f, indent=1)  # fmt: skip
-
-
 for op, m, n, dtype in CASES:
     x = (4 * torch.randn(m, n, device=DEVICE)).to(dtype)
     base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
@@ -309,5 +299,5 @@ for op, m, n, dtype in CASES:
             call = exchange_call(op, args, m, n, chunk, warps, info, block)
         results.append({**smoke.checked_row(row, call, ref, nbytes, copy["gbps"]), **info})
     x = y = dy = w = out = ref = args = package = None
-    save()
+    smoke.save_rows(sys.argv[1], copy, results)
 print("wrote", sys.argv[1])

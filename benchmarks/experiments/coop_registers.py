@@ -48,7 +48,6 @@ Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_registers.py OUT
 no inline PTX and no registers)
 """
 
-import json
 import sys
 
 import torch
@@ -251,15 +250,6 @@ print("copy GB/s", round(copy["gbps"], 1), flush=True)
 results = []
 
 
-def save():
-    """After every case: a run stopped early keeps what it measured."""
-    if DEVICE == "cuda":
-        torch.cuda.empty_cache()
-    with open(sys.argv[1], "w") as f:
-        json.dump({"device": smoke.device_name(), "torch": torch.__version__, "triton": triton.__version__, "copy": copy, "rows": results,
-                   **smoke.meta()}, f, indent=1)  # fmt: skip
-
-
 for op, m, n, dtype in CASES:
     x = (4 * torch.randn(m, n, device=DEVICE)).to(dtype)
     w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(dtype) if op == "rmsnorm" else None
@@ -277,7 +267,7 @@ for op, m, n, dtype in CASES:
             results.append(smoke.checked_row({**base, "impl": "coop", "chunk": chunk, "warps": warps},
                                              bwd_coop_call(dy, y_fwd, y, chunk, warps), ref, nbytes, copy["gbps"]))  # fmt: skip
         x = y = y_fwd = dy = ref = None  # freed before the next case allocates
-        save()
+        smoke.save_rows(sys.argv[1], copy, results)
         continue
     if op == "softmax":
         ref = reference.softmax_ref(x, upcast=True)
@@ -300,5 +290,5 @@ for op, m, n, dtype in CASES:
             row = smoke.checked_row(row, call, ref, nbytes, copy["gbps"])
         results.append({**row, **info})
     x = y = w = ref = None
-    save()
+    smoke.save_rows(sys.argv[1], copy, results)
 print("wrote", sys.argv[1])

@@ -17,6 +17,7 @@ checked is that the script still runs against the package's public names and get
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -117,3 +118,15 @@ def checked_row(out: dict, call: Callable[[], torch.Tensor], ref: torch.Tensor, 
         out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     print(out, flush=True)
     return out
+
+
+def save_rows(path: str, copy: dict, rows: list) -> None:
+    """Write what a script measured so far (its device, versions, the copy ceiling and its rows), after
+    every case: a run stopped early keeps what it measured."""
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+    import triton  # after tritonforge (imported above), which set the interpreter flag
+
+    with open(path, "w") as f:
+        json.dump({"device": device_name(), "torch": torch.__version__, "triton": triton.__version__, "copy": copy, "rows": rows, **meta()},
+                  f, indent=1)  # fmt: skip
