@@ -1,0 +1,211 @@
+"""Does a cooperative program that holds its bf16 chunk as packed 32-bit words across the barrier
+reach further than one that holds float32?
+
+The package's cooperative kernels hold their chunk across the row's barrier in float32 registers:
+softmax its exponentials (48 registers a thread at 8192 elements and 8 warps, 5 programs an SM),
+its backward dy and y. A bf16 program so keeps half the bytes in flight that a float32 one does
+with the same registers, and bf16 lands at 0.77 of a copy at 4096 x 128K where float32 makes 0.93.
+Holding the loaded bf16 instead never held 16 bits: Triton splits each loaded 32-bit word into two
+16-bit PTX registers, and ptxas gives each a whole register (benchmarks/NOTES.md, 2026-12-01).
+
+Here the chunk is loaded as ``uint32`` words (a view of the bf16 tensor: two elements a word, so
+the row length must be even), each half widened to float32 by a shift or a mask (exact), the
+words held across the wait, and the output stored as packed words. Softmax then computes its
+exponentials twice (once for the chunk's sum, once for the output); ``launder``: the held words
+pass through an opaque ``mov`` after the wait, so that the compiler cannot keep the float32
+halves from before it alive instead. Three kernels, each beside the package's: softmax forward,
+softmax backward (dy and y held), RMSNorm forward (the weight loaded after the wait, as words).
+
+Checked against float64 first (a wrong answer is reported, not timed); device time (CUDA-graph
+replay, median; the counters' memset in the timed call, as in the package); ``fraction_of_copy``
+against the big copy's bandwidth; ``n_regs`` from the compiled kernel.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_packed.py OUT.json
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_packed.py OUT.json
+(in the toy run a row is one chunk, and nothing is laundered: the interpreter has no inline PTX)
+"""
+
+import sys
+
+import torch
+
+import smoke  # first: imports tritonforge before triton
+import tritonforge as tfg
+from smoke import DEVICE, SMOKE, toy
+from tritonforge import reference
+from tritonforge.kernel_utils import coop_counters, row_barrier
+from tritonforge.ops import softmax
+
+import triton
+import triton.language as tl
+
+NEG_INF_PAIR = 0xFF80FF80 - 2**32
+"""Two bf16 -inf in one word, as int32: what a masked softmax word loads."""
+
+
+@triton.jit
+def _launder(w, LAUNDER: tl.constexpr):
+    """``w`` through an opaque move: the compiler cannot see that it is ``w``."""
+    if LAUNDER:
+        w = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [w], dtype=tl.uint32, is_pure=False, pack=1)
+    return w
+
+
+@triton.jit
+def _lo(w):
+    return (w << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _hi(w):
+    return (w & 0xFFFF0000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _pack(lo, hi):
+    """Two float32 blocks rounded to bf16, as one block of words (lo in the low half)."""
+    lo16 = lo.to(tl.bfloat16).to(tl.uint16, bitcast=True).to(tl.uint32)
+    hi16 = hi.to(tl.bfloat16).to(tl.uint16, bitcast=True).to(tl.uint32)
+    return (lo16 | (hi16 << 16)).to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def _words(ptr, row, stride, NW, split, WORDS: tl.constexpr, other):
+    idx = split * WORDS + tl.arange(0, WORDS)
+    mask = idx < NW
+    return tl.load(ptr + row * stride + idx, mask=mask, other=other).to(tl.uint32, bitcast=True), idx, mask
+
+
+@triton.jit
+def _softmax_packed_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stride, NW, SPLITS: tl.constexpr, WORDS: tl.constexpr,
+                           SPLITS_P2: tl.constexpr, LAUNDER: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    w, idx, mask = _words(x_ptr, row, stride, NW, split, WORDS, NEG_INF_PAIR)
+    lo = _lo(w)
+    hi = _hi(w)
+    m = tl.maximum(tl.max(lo, axis=0), tl.max(hi, axis=0))
+    m_ref = tl.where(m == -float("inf"), 0.0, m)
+    tl.store(part_m_ptr + row * SPLITS + split, m)
+    tl.store(part_s_ptr + row * SPLITS + split, tl.sum(tl.exp(lo - m_ref), axis=0) + tl.sum(tl.exp(hi - m_ref), axis=0))
+    row_barrier(count_ptr + row, SPLITS)
+    parts = tl.arange(0, SPLITS_P2)
+    ms = tl.load(part_m_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"), volatile=True)
+    ss = tl.load(part_s_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True)
+    m_row = tl.max(ms, axis=0)
+    inv_s = 1.0 / tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)
+    w = _launder(w, LAUNDER)
+    tl.store(y_ptr + row * NW + idx, _pack(tl.exp(_lo(w) - m_row) * inv_s, tl.exp(_hi(w) - m_row) * inv_s), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_packed_kernel(dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, NW, SPLITS: tl.constexpr, WORDS: tl.constexpr,
+                               SPLITS_P2: tl.constexpr, LAUNDER: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    dw, idx, mask = _words(dy_ptr, row, NW, NW, split, WORDS, 0)
+    yw, _, _ = _words(y_ptr, row, NW, NW, split, WORDS, 0)
+    tl.store(part_ptr + row * SPLITS + split, tl.sum(_lo(dw) * _lo(yw), axis=0) + tl.sum(_hi(dw) * _hi(yw), axis=0))
+    row_barrier(count_ptr + row, SPLITS)
+    parts = tl.arange(0, SPLITS_P2)
+    dot = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
+    dw = _launder(dw, LAUNDER)
+    yw = _launder(yw, LAUNDER)
+    tl.store(dx_ptr + row * NW + idx, _pack(_lo(yw) * (_lo(dw) - dot), _hi(yw) * (_hi(dw) - dot)), mask=mask)
+
+
+@triton.jit
+def _rmsnorm_packed_kernel(x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, stride, NW, N, eps, SPLITS: tl.constexpr, WORDS: tl.constexpr,
+                           SPLITS_P2: tl.constexpr, LAUNDER: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    xw, idx, mask = _words(x_ptr, row, stride, NW, split, WORDS, 0)
+    lo = _lo(xw)
+    hi = _hi(xw)
+    tl.store(part_ptr + row * SPLITS + split, tl.sum(lo * lo, axis=0) + tl.sum(hi * hi, axis=0))
+    row_barrier(count_ptr + row, SPLITS)
+    parts = tl.arange(0, SPLITS_P2)
+    sum_sq = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
+    rstd = 1.0 / tl.sqrt(sum_sq / N + eps)
+    xw = _launder(xw, LAUNDER)
+    ww = tl.load(w_ptr + idx, mask=mask, other=0, eviction_policy="evict_last").to(tl.uint32, bitcast=True)
+    # as the package: x * rstd rounded to x's dtype, times the weight, rounded to the output's
+    y_lo = (_lo(xw) * rstd).to(tl.bfloat16).to(tl.float32) * _lo(ww)
+    y_hi = (_hi(xw) * rstd).to(tl.bfloat16).to(tl.float32) * _hi(ww)
+    tl.store(y_ptr + row * NW + idx, _pack(y_lo, y_hi), mask=mask)
+
+
+def packed_call(op, args, chunk, warps, launder, info):
+    """One launch of the packed kernel on int32 views of the bf16 tensors (chunk: bf16 elements)."""
+    words = chunk // 2
+    m, n = args[0].shape
+    nw = n // 2
+    splits = triton.cdiv(nw, words)
+    p2 = triton.next_power_of_2(splits)
+    v = [a.view(torch.int32) for a in args]
+    parts = [torch.empty(m, splits, device=args[0].device, dtype=torch.float32) for _ in range(2)]
+
+    def call():
+        counters = coop_counters(m, args[0].device)
+        if op == "softmax":
+            k = _softmax_packed_kernel[(m * splits,)](v[0], v[1], *parts, counters, v[0].stride(0), nw, SPLITS=splits, WORDS=words,
+                                                      SPLITS_P2=p2, LAUNDER=launder, num_warps=warps)  # fmt: skip
+        elif op == "softmax-bwd":
+            k = _softmax_bwd_packed_kernel[(m * splits,)](v[0], v[1], v[2], parts[0], counters, nw, SPLITS=splits, WORDS=words,
+                                                          SPLITS_P2=p2, LAUNDER=launder, num_warps=warps)  # fmt: skip
+        else:
+            k = _rmsnorm_packed_kernel[(m * splits,)](v[0], v[1], v[2], parts[0], counters, v[0].stride(0), nw, n, 1e-6, SPLITS=splits,
+                                                      WORDS=words, SPLITS_P2=p2, LAUNDER=launder, num_warps=warps)  # fmt: skip
+        if not info and k is not None and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+        return args[-1]
+
+    return call
+
+
+CASES = toy(
+    [("softmax", 4096, 131072), ("softmax", 64, 131072), ("softmax", 64, 262144), ("softmax", 512, 131072), ("softmax", 8192, 65536),
+     ("softmax-bwd", 4096, 131072), ("softmax-bwd", 64, 131072), ("softmax-bwd", 64, 262144),
+     ("rmsnorm", 4096, 65536), ("rmsnorm", 2048, 131072)],
+    [("softmax", 5, 200), ("softmax-bwd", 3, 200), ("rmsnorm", 3, 200)],
+)  # fmt: skip
+
+VARIANTS = toy([(8192, 8, True), (8192, 8, False), (16384, 8, True), (16384, 16, True), (32768, 16, True)], [(256, 1, False)])
+"""(chunk in bf16 elements, warps, launder)."""
+
+copy = smoke.copy_ceiling()
+print("copy GB/s", round(copy["gbps"], 1), flush=True)
+results = []
+for op, m, n in CASES:
+    x = (4 * torch.randn(m, n, device=DEVICE)).to(torch.bfloat16)
+    base = {"op": op, "shape": [m, n], "dtype": "bfloat16"}
+    out = torch.empty_like(x)
+    if op == "softmax-bwd":
+        y = tfg.softmax(x)
+        dy = torch.randn_like(y)
+        ref = reference.softmax_bwd_ref(dy, y, upcast=True)
+        nbytes = 3 * m * n * x.element_size()
+        package, args = (lambda: softmax.softmax_bwd(dy, y)), (dy, y, out)
+    elif op == "softmax":
+        ref = reference.softmax_ref(x, upcast=True)
+        nbytes = 2 * m * n * x.element_size()
+        package, args = (lambda: tfg.softmax(x)), (x, out)
+    else:
+        w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(torch.bfloat16)
+        ref = reference.rms_norm_ref(x, w, 1e-6, upcast=True)
+        nbytes = 2 * m * n * x.element_size()
+        package, args = (lambda: tfg.rms_norm(x, w, 1e-6)), (x, w, out)
+    results.append(smoke.checked_row({**base, "impl": "tritonforge"}, package, ref, nbytes, copy["gbps"]))
+    for chunk, warps, launder in VARIANTS:
+        if op != "softmax" and chunk > 16384:
+            continue
+        info = {}
+        row = {**base, "impl": "packed", "chunk": chunk, "warps": warps, "launder": launder and not SMOKE}
+        results.append({**smoke.checked_row(row, packed_call(op, args, chunk, warps, launder and not SMOKE, info), ref, nbytes,
+                                            copy["gbps"]), **info})  # fmt: skip
+    x = y = dy = w = out = ref = args = package = None
+    smoke.save_rows(sys.argv[1], copy, results)
+print("wrote", sys.argv[1])
