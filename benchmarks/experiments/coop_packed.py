@@ -39,7 +39,7 @@ from tritonforge.ops import softmax
 import triton
 import triton.language as tl
 
-NEG_INF_PAIR = 0xFF80FF80 - 2**32
+NEG_INF_PAIR = tl.constexpr(0xFF80FF80 - 2**32)
 """Two bf16 -inf in one word, as int32: what a masked softmax word loads."""
 
 
