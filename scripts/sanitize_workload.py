@@ -371,7 +371,8 @@ def _(c: Case) -> None:
 
 @case("softmax/cooperative")
 def _(c: Case) -> None:
-    # Rows over ROW_FIT_LIMIT, cdiv(N, 8192) programs each, M * that >= 132: the row barrier.
+    # Rows over ROW_FIT_LIMIT, cdiv(N, 8192) programs each, M * that >= 132: the row barrier. bf16 rows of
+    # even length: the backward reads them as 32-bit words (_softmax_bwd_coop_packed_kernel); float32 not.
     run_softmax(c, pick(24, 8), pick(100000, 100), BF16, expected="cooperative x13")
     run_softmax(c, pick(300, 9), pick(40000, 90), FP32, expected="cooperative x5", masked=True)  # more programs than fit at once
 

@@ -9,7 +9,16 @@ import torch
 import tritonforge as tfg
 from tritonforge import runtime
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import acc_dtype, acc_torch_dtype, cast_for_store, round_bf16_by_hand
+from tritonforge.kernel_utils import (
+    acc_dtype,
+    acc_torch_dtype,
+    bf16_pair,
+    bf16_pair_hi,
+    bf16_pair_lo,
+    cast_for_store,
+    packs_bf16_rows,
+    round_bf16_by_hand,
+)
 from tritonforge.ops.rmsnorm import rms_norm_fwd
 from tritonforge.reference import rms_norm_ref
 
@@ -38,6 +47,47 @@ def test_cast_for_store_rounds_to_nearest_even(dtype, device):
     expected = src.to(dtype)
     assert torch.equal(dst[:2], expected[:2]) and torch.isnan(dst[2])
     torch.testing.assert_close(dst[3:], expected[3:], rtol=0, atol=0)
+
+
+@triton.jit
+def _pairs_kernel(words_ptr, lo_ptr, hi_ptr, src_ptr, packed_ptr, n, BLOCK: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """Words -> their two halves in float32; float32 pairs -> rounded words."""
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    words = tl.load(words_ptr + offsets, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    tl.store(lo_ptr + offsets, bf16_pair_lo(words), mask=mask)
+    tl.store(hi_ptr + offsets, bf16_pair_hi(words), mask=mask)
+    lo = tl.load(src_ptr + 2 * offsets, mask=mask, other=0.0)
+    hi = tl.load(src_ptr + 2 * offsets + 1, mask=mask, other=0.0)
+    tl.store(packed_ptr + offsets, bf16_pair(lo, hi, ROUND_BF16), mask=mask)
+
+
+def test_bf16_pairs(device):
+    """A bf16 row read as int32 words: the halves widen exactly to the elements (even, odd), and
+    float32 pairs pack back rounded to nearest even, in the interpreter too: what the packed
+    cooperative softmax backward holds across its barrier."""
+    if not runtime.supports_bf16(torch.device(device)):
+        pytest.skip("bfloat16 kernels need compute capability >= 8.0")
+    x = (torch.randn(2000, device=device) * 3).to(torch.bfloat16)
+    x[:4] = torch.tensor([float("-inf"), float("nan"), -0.0, 1e-40])  # specials and a subnormal
+    src = torch.randn(2000, device=device) * 3
+    src[:2] = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8])  # ties
+    lo, hi = (torch.empty(1000, device=device) for _ in range(2))
+    packed = torch.zeros(1000, dtype=torch.int32, device=device)
+    _pairs_kernel[(1,)](x.view(torch.int32), lo, hi, src, packed, 1000, BLOCK=1024, ROUND_BF16=round_bf16_by_hand(torch.bfloat16))
+    torch.testing.assert_close(lo, x[0::2].float(), rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(hi, x[1::2].float(), rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(packed.view(torch.bfloat16), src.to(torch.bfloat16))
+
+
+def test_packs_bf16_rows():
+    rows = torch.zeros(8, 100, dtype=torch.bfloat16)
+    assert packs_bf16_rows(rows, rows[:, :50])
+    assert not packs_bf16_rows(rows.float())  # not bf16
+    assert not packs_bf16_rows(rows[:, :99])  # odd length
+    assert not packs_bf16_rows(torch.zeros(8, 101, dtype=torch.bfloat16)[:, :100])  # odd row stride
+    assert not packs_bf16_rows(rows[:, 1:51])  # odd offset
+    assert not packs_bf16_rows(rows, rows[:, ::2])  # no unit column stride
 
 
 def test_round_flag_and_accumulators():

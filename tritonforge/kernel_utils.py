@@ -143,6 +143,47 @@ def widen_bf16(x):
     return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
 
 
+@triton.jit
+def bf16_pair_lo(words):
+    """The first bf16 of each ``uint32`` word (two bf16 of a row, little-endian), as float32: exact."""
+    return (words << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def bf16_pair_hi(words):
+    """The second bf16 of each ``uint32`` word, as float32: exact."""
+    return (words & 0xFFFF0000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def bf16_pair(lo, hi, ROUND_BF16: tl.constexpr):
+    """Two float32 blocks rounded to bf16 (nearest even, as :func:`cast_for_store`) as one block of
+    ``int32`` words, ``lo`` in the first half: the inverse of :func:`bf16_pair_lo` / :func:`bf16_pair_hi`."""
+    lo16 = cast_for_store(lo, tl.bfloat16, ROUND_BF16).to(tl.uint16, bitcast=True).to(tl.uint32)
+    hi16 = cast_for_store(hi, tl.bfloat16, ROUND_BF16).to(tl.uint16, bitcast=True).to(tl.uint32)
+    return (lo16 | (hi16 << 16)).to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def opaque_u32(words):
+    """``words`` through a ``mov`` the compiler cannot see into (GPU only: inline PTX). A cooperative
+    program holds packed words across its barrier and widens them again after it; without this the
+    compiler sees that the widened halves are the ones from before the barrier and keeps those
+    alive instead, in float32: twice the registers (H200, softmax backward at chunks of 8192: 80
+    registers a thread against 48; benchmarks/experiments/coop-packed-nvidia-h200-2026-12-01.json)."""
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [words], dtype=tl.uint32, is_pure=False, pack=1)
+
+
+def packs_bf16_rows(*rows: torch.Tensor) -> bool:
+    """Whether ``[M, N]`` bf16 row views can be read as ``int32`` words, two elements each (an even
+    ``N``, unit column stride, even row strides and offsets): what the packed cooperative kernels need."""
+    return all(
+        t.dtype == torch.bfloat16 and t.dim() == 2 and t.shape[1] % 2 == 0 and t.stride(1) == 1
+        and t.stride(0) % 2 == 0 and t.storage_offset() % 2 == 0
+        for t in rows
+    )  # fmt: skip
+
+
 def coop_chunk(dtype: torch.dtype) -> int:
     return COOP_CHUNK // 2 if dtype == torch.float64 else COOP_CHUNK
 

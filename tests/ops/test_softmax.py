@@ -66,6 +66,11 @@ def _check(x, expected_strategy=None):
     with tfg.strict():
         softmax(leaf).backward(dy)
     assert tfg.last_path("softmax_backward") in ("triton", "interpreter")
+    _check_dx(leaf.grad, dy, x, roundings)
+
+
+def _check_dx(got, dy, x, roundings):
+    """``got`` (the backward's dx for the upstream gradient ``dy`` at input ``x``) within budget."""
     y64 = softmax_ref(x, upcast=True)
     dx64 = softmax_bwd_ref(dy, y64, upcast=True)
     # dx = y * (dy - <dy, y>) cancels where one y is near 1: a float32 rounding of dy - <dy, y> is
@@ -76,7 +81,7 @@ def _check(x, expected_strategy=None):
     dot = (dy.double() * y64).sum(-1, keepdim=True)
     cancel = ((y64 * (dy.double().abs() + dot.abs())).abs().max() / dx64.abs().max().clamp_min(1e-300)).item()
     extra = 2 * cancel * torch.finfo(torch.float32).eps / torch.finfo(x.dtype).eps if x.dtype != torch.float64 else 0.0
-    _budget(leaf.grad, dx64, softmax_bwd_ref(dy, softmax_ref(x)), "dx", roundings=roundings + extra)
+    _budget(got, dx64, softmax_bwd_ref(dy, softmax_ref(x)), "dx", roundings=roundings + extra)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
@@ -300,7 +305,8 @@ def test_gpu_each_strategy_is_reached():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,dtype", [((300, 40001), torch.bfloat16), ((150, 1000003), torch.float32),
-                                         ((64, 131072), torch.float16), ((40, 20000), torch.float64)], ids=str)  # fmt: skip
+                                         ((64, 131072), torch.float16), ((40, 20000), torch.float64),
+                                         ((96, 65538), torch.bfloat16)], ids=str)  # fmt: skip
 def test_gpu_cooperative_rows(shape, dtype):
     """Rows held by several programs that meet at a per-row barrier (chunk counts that are not a
     power of two included): y and dx within budget, a row strided inside a wider tensor, and
@@ -321,6 +327,29 @@ def test_gpu_cooperative_rows(shape, dtype):
     assert torch.equal(torch.isnan(y), torch.isnan(expected)), "NaN exactly where torch.softmax has NaN"
     ok = ~torch.isnan(expected)
     assert torch.allclose(y.double()[ok], expected[ok], rtol=0, atol=4 * torch.finfo(dtype).eps)
+
+
+@pytest.mark.gpu
+def test_gpu_packed_cooperative_backward_layouts():
+    """The cooperative backward reads bf16 rows of even length as 32-bit words, two elements each,
+    where the layout allows it (dy in place with an even row stride) and keeps the float32 kernel
+    where it does not (an odd row stride, an odd offset, an odd length): every layout within budget."""
+    x = torch.randn(96, 65538, dtype=torch.bfloat16, device="cuda") * 3
+    assert plan(*x.shape, x.dtype, x.device, backward=True).strategy == "cooperative"
+    y = softmax(x)
+    wide = torch.randn(96, 65538 + 2, dtype=x.dtype, device="cuda")
+    odd = torch.randn(96, 65538 + 1, dtype=x.dtype, device="cuda")
+    layouts = {"contiguous": (wide[:, :-2].contiguous(), True), "row stride 65540": (wide[:, :-2], True),
+               "row stride 65539": (odd[:, :-1], False), "offset 1": (odd[:, 1:], False)}  # fmt: skip
+    for name, (dy, packs) in layouts.items():
+        assert softmax_module.packs_bf16_rows(dy, y) == packs, name
+        with tfg.strict():
+            dx = softmax_module.softmax_bwd(dy, y)
+        _check_dx(dx, dy, x, roundings=4)
+    x_odd = torch.randn(96, 65537, dtype=torch.bfloat16, device="cuda") * 3
+    dy = torch.randn_like(x_odd)
+    assert not softmax_module.packs_bf16_rows(dy, softmax(x_odd))
+    _check_dx(softmax_module.softmax_bwd(dy, softmax(x_odd)), dy, x_odd, roundings=4)
 
 
 @pytest.mark.gpu
