@@ -34,6 +34,7 @@ EXPERIMENTS = REPO / "benchmarks" / "experiments"
 
 KEPT = {
     "attention_tiles.py",
+    "coop_packed.py",
     "coop_publish.py",
     "coop_registers.py",
     "e2e_llama.py",
@@ -257,6 +258,13 @@ def test_coop_registers(tmp_path, mode):
         assert any(r["keep_exp"] for r in variants) and {r["op"] for r in rows} == {"softmax", "rmsnorm", "softmax-bwd"}
     else:
         assert {(r["op"], r["keep16"]) for r in variants} == {(op, k) for op in ("softmax", "rmsnorm") for k in (1, 2)}
+
+
+def test_coop_packed(tmp_path):
+    """Toy rows of one chunk: the three packed kernels (bf16 read as 32-bit words) give the right
+    answer beside the package (the interpreter rounds the packed bf16 by truncation: within 2x)."""
+    rows = checked_rows("coop_packed.py", tmp_path / "packed.json")
+    assert {(r["op"], r["impl"]) for r in rows} == {(op, impl) for op in ("softmax", "softmax-bwd", "rmsnorm") for impl in ("tritonforge", "packed")}
 
 
 @pytest.mark.parametrize("mode", ["all", "hold16"])
