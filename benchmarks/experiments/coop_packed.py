@@ -16,6 +16,10 @@ pass through an opaque ``mov`` after the wait, so that the compiler cannot keep 
 halves from before it alive instead. Three kernels, each beside the package's: softmax forward,
 softmax backward (dy and y held), RMSNorm forward (the weight loaded after the wait, as words).
 
+The widening and packing are the package's ``kernel_utils.bf16_pair_lo`` / ``bf16_pair_hi`` /
+``bf16_pair`` since the adoption; the recorded runs used the script's own copies of the same
+operations (``git show 1ab85e7:benchmarks/experiments/coop_packed.py``).
+
 Checked against float64 first (a wrong answer is reported, not timed); device time (CUDA-graph
 replay, median; the counters' memset in the timed call, as in the package); ``fraction_of_copy``
 against the big copy's bandwidth; ``n_regs`` from the compiled kernel.
@@ -30,11 +34,8 @@ import sys
 import torch
 
 import smoke  # first: imports tritonforge before triton
-import tritonforge as tfg
-from smoke import DEVICE, SMOKE, toy
-from tritonforge import reference
-from tritonforge.kernel_utils import coop_counters, row_barrier
-from tritonforge.ops import softmax
+from smoke import SMOKE, toy
+from tritonforge.kernel_utils import bf16_pair, bf16_pair_hi, bf16_pair_lo, coop_counters, row_barrier
 
 import triton
 import triton.language as tl
@@ -52,24 +53,6 @@ def _launder(w, LAUNDER: tl.constexpr):
 
 
 @triton.jit
-def _lo(w):
-    return (w << 16).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _hi(w):
-    return (w & 0xFFFF0000).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _pack(lo, hi):
-    """Two float32 blocks rounded to bf16, as one block of words (lo in the low half)."""
-    lo16 = lo.to(tl.bfloat16).to(tl.uint16, bitcast=True).to(tl.uint32)
-    hi16 = hi.to(tl.bfloat16).to(tl.uint16, bitcast=True).to(tl.uint32)
-    return (lo16 | (hi16 << 16)).to(tl.int32, bitcast=True)
-
-
-@triton.jit
 def _words(ptr, row, stride, NW, split, WORDS: tl.constexpr, other):
     idx = split * WORDS + tl.arange(0, WORDS)
     mask = idx < NW
@@ -83,8 +66,8 @@ def _softmax_packed_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stri
     row = (pid // SPLITS).to(tl.int64)
     split = pid % SPLITS
     w, idx, mask = _words(x_ptr, row, stride, NW, split, WORDS, NEG_INF_PAIR)
-    lo = _lo(w)
-    hi = _hi(w)
+    lo = bf16_pair_lo(w)
+    hi = bf16_pair_hi(w)
     m = tl.maximum(tl.max(lo, axis=0), tl.max(hi, axis=0))
     m_ref = tl.where(m == -float("inf"), 0.0, m)
     tl.store(part_m_ptr + row * SPLITS + split, m)
@@ -96,7 +79,7 @@ def _softmax_packed_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stri
     m_row = tl.max(ms, axis=0)
     inv_s = 1.0 / tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)
     w = _launder(w, LAUNDER)
-    tl.store(y_ptr + row * NW + idx, _pack(tl.exp(_lo(w) - m_row) * inv_s, tl.exp(_hi(w) - m_row) * inv_s), mask=mask)
+    tl.store(y_ptr + row * NW + idx, bf16_pair(tl.exp(bf16_pair_lo(w) - m_row) * inv_s, tl.exp(bf16_pair_hi(w) - m_row) * inv_s, False), mask=mask)
 
 
 @triton.jit
@@ -107,13 +90,15 @@ def _softmax_bwd_packed_kernel(dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, NW, S
     split = pid % SPLITS
     dw, idx, mask = _words(dy_ptr, row, NW, NW, split, WORDS, 0)
     yw, _, _ = _words(y_ptr, row, NW, NW, split, WORDS, 0)
-    tl.store(part_ptr + row * SPLITS + split, tl.sum(_lo(dw) * _lo(yw), axis=0) + tl.sum(_hi(dw) * _hi(yw), axis=0))
+    tl.store(part_ptr + row * SPLITS + split,
+             tl.sum(bf16_pair_lo(dw) * bf16_pair_lo(yw), axis=0) + tl.sum(bf16_pair_hi(dw) * bf16_pair_hi(yw), axis=0))  # fmt: skip
     row_barrier(count_ptr + row, SPLITS)
     parts = tl.arange(0, SPLITS_P2)
     dot = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
     dw = _launder(dw, LAUNDER)
     yw = _launder(yw, LAUNDER)
-    tl.store(dx_ptr + row * NW + idx, _pack(_lo(yw) * (_lo(dw) - dot), _hi(yw) * (_hi(dw) - dot)), mask=mask)
+    tl.store(dx_ptr + row * NW + idx, bf16_pair(bf16_pair_lo(yw) * (bf16_pair_lo(dw) - dot), bf16_pair_hi(yw) * (bf16_pair_hi(dw) - dot), False),
+             mask=mask)  # fmt: skip
 
 
 @triton.jit
@@ -123,8 +108,8 @@ def _rmsnorm_packed_kernel(x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, stride, NW,
     row = (pid // SPLITS).to(tl.int64)
     split = pid % SPLITS
     xw, idx, mask = _words(x_ptr, row, stride, NW, split, WORDS, 0)
-    lo = _lo(xw)
-    hi = _hi(xw)
+    lo = bf16_pair_lo(xw)
+    hi = bf16_pair_hi(xw)
     tl.store(part_ptr + row * SPLITS + split, tl.sum(lo * lo, axis=0) + tl.sum(hi * hi, axis=0))
     row_barrier(count_ptr + row, SPLITS)
     parts = tl.arange(0, SPLITS_P2)
@@ -133,9 +118,9 @@ def _rmsnorm_packed_kernel(x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, stride, NW,
     xw = _launder(xw, LAUNDER)
     ww = tl.load(w_ptr + idx, mask=mask, other=0, eviction_policy="evict_last").to(tl.uint32, bitcast=True)
     # as the package: x * rstd rounded to x's dtype, times the weight, rounded to the output's
-    y_lo = (_lo(xw) * rstd).to(tl.bfloat16).to(tl.float32) * _lo(ww)
-    y_hi = (_hi(xw) * rstd).to(tl.bfloat16).to(tl.float32) * _hi(ww)
-    tl.store(y_ptr + row * NW + idx, _pack(y_lo, y_hi), mask=mask)
+    y_lo = (bf16_pair_lo(xw) * rstd).to(tl.bfloat16).to(tl.float32) * bf16_pair_lo(ww)
+    y_hi = (bf16_pair_hi(xw) * rstd).to(tl.bfloat16).to(tl.float32) * bf16_pair_hi(ww)
+    tl.store(y_ptr + row * NW + idx, bf16_pair(y_lo, y_hi, False), mask=mask)
 
 
 def packed_call(op, args, chunk, warps, launder, info):
@@ -180,24 +165,9 @@ copy = smoke.copy_ceiling()
 print("copy GB/s", round(copy["gbps"], 1), flush=True)
 results = []
 for op, m, n in CASES:
-    x = (4 * torch.randn(m, n, device=DEVICE)).to(torch.bfloat16)
+    case = smoke.op_case(op, m, n, torch.bfloat16)
+    args, package, ref, nbytes = case["args"], case["package"], case["ref"], case["nbytes"]
     base = {"op": op, "shape": [m, n], "dtype": "bfloat16"}
-    out = torch.empty_like(x)
-    if op == "softmax-bwd":
-        y = tfg.softmax(x)
-        dy = torch.randn_like(y)
-        ref = reference.softmax_bwd_ref(dy, y, upcast=True)
-        nbytes = 3 * m * n * x.element_size()
-        package, args = (lambda: softmax.softmax_bwd(dy, y)), (dy, y, out)
-    elif op == "softmax":
-        ref = reference.softmax_ref(x, upcast=True)
-        nbytes = 2 * m * n * x.element_size()
-        package, args = (lambda: tfg.softmax(x)), (x, out)
-    else:
-        w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(torch.bfloat16)
-        ref = reference.rms_norm_ref(x, w, 1e-6, upcast=True)
-        nbytes = 2 * m * n * x.element_size()
-        package, args = (lambda: tfg.rms_norm(x, w, 1e-6)), (x, w, out)
     results.append(smoke.checked_row({**base, "impl": "tritonforge"}, package, ref, nbytes, copy["gbps"]))
     for chunk, warps, launder in VARIANTS:
         if op != "softmax" and chunk > 16384:
@@ -206,6 +176,6 @@ for op, m, n in CASES:
         row = {**base, "impl": "packed", "chunk": chunk, "warps": warps, "launder": launder and not SMOKE}
         results.append({**smoke.checked_row(row, packed_call(op, args, chunk, warps, launder and not SMOKE, info), ref, nbytes,
                                             copy["gbps"]), **info})  # fmt: skip
-    x = y = dy = w = out = ref = args = package = None
+    ref = args = package = case = None
     smoke.save_rows(sys.argv[1], copy, results)
 print("wrote", sys.argv[1])

@@ -35,9 +35,7 @@ import sys
 import torch
 
 import smoke  # first: imports tritonforge before triton
-import tritonforge as tfg
-from smoke import DEVICE, toy
-from tritonforge import reference
+from smoke import toy
 from tritonforge.kernel_utils import coop_counters, row_barrier, widen_bf16
 from tritonforge.ops import softmax
 
@@ -268,26 +266,10 @@ results = []
 
 
 for op, m, n, dtype in CASES:
-    x = (4 * torch.randn(m, n, device=DEVICE)).to(dtype)
+    case = smoke.op_case(op, m, n, dtype)
+    args, package, ref, nbytes, plan = case["args"], case["package"], case["ref"], case["nbytes"], case["plan"]
+    x, out = args[0], args[-1]
     base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
-    out = torch.empty_like(x)
-    if op == "softmax-bwd":
-        y = tfg.softmax(x)
-        dy = torch.randn_like(y)
-        ref = reference.softmax_bwd_ref(dy, y, upcast=True)
-        nbytes = 3 * m * n * x.element_size()
-        package, args = (lambda: softmax.softmax_bwd(dy, y)), (dy, y, out)
-        plan = list(softmax.plan(m, n, dtype, x.device, backward=True))
-    elif op == "softmax":
-        ref = reference.softmax_ref(x, upcast=True)
-        nbytes = 2 * m * n * x.element_size()
-        package, args = (lambda: tfg.softmax(x)), (x, out)
-        plan = list(softmax.plan(m, n, dtype, x.device))
-    else:
-        w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(dtype)
-        ref = reference.rms_norm_ref(x, w, 1e-6, upcast=True)
-        nbytes = 2 * m * n * x.element_size()
-        package, args, plan = (lambda: tfg.rms_norm(x, w, 1e-6)), (x, w, out), None
     results.append(smoke.checked_row({**base, "impl": "tritonforge", "plan": plan}, package, ref, nbytes, copy["gbps"]))
     for chunk, warps, block in variants(op, dtype):
         info = {}
@@ -298,6 +280,6 @@ for op, m, n, dtype in CASES:
             row = {**base, "impl": "exchange" if block is None else "reread", "chunk": chunk, "warps": warps, "block": block}
             call = exchange_call(op, args, m, n, chunk, warps, info, block)
         results.append({**smoke.checked_row(row, call, ref, nbytes, copy["gbps"]), **info})
-    x = y = dy = w = out = ref = args = package = None
+    x = out = ref = args = package = case = None
     smoke.save_rows(sys.argv[1], copy, results)
 print("wrote", sys.argv[1])

@@ -130,3 +130,26 @@ def save_rows(path: str, copy: dict, rows: list) -> None:
     with open(path, "w") as f:
         json.dump({"device": device_name(), "torch": torch.__version__, "triton": triton.__version__, "copy": copy, "rows": rows, **meta()},
                   f, indent=1)  # fmt: skip
+
+
+def op_case(op: str, m: int, n: int, dtype: torch.dtype) -> dict:
+    """One case of a cooperative-row experiment on fresh random inputs: ``op`` is "softmax", "softmax-bwd" or
+    "rmsnorm". Returns ``args`` (the tensors a variant kernel takes, its output last), ``package``
+    (the package's own call), ``ref`` (float64), ``nbytes`` (what the op moves) and ``plan`` (the
+    package's softmax plan, None for RMSNorm)."""
+    from tritonforge import reference
+    from tritonforge.ops import softmax
+
+    x = (4 * torch.randn(m, n, device=DEVICE)).to(dtype)
+    out = torch.empty_like(x)
+    if op == "softmax-bwd":
+        y = tfg.softmax(x)
+        dy = torch.randn_like(y)
+        return {"args": (dy, y, out), "package": lambda: softmax.softmax_bwd(dy, y), "ref": reference.softmax_bwd_ref(dy, y, upcast=True),
+                "nbytes": 3 * m * n * x.element_size(), "plan": list(softmax.plan(m, n, dtype, x.device, backward=True))}  # fmt: skip
+    if op == "softmax":
+        return {"args": (x, out), "package": lambda: tfg.softmax(x), "ref": reference.softmax_ref(x, upcast=True),
+                "nbytes": 2 * m * n * x.element_size(), "plan": list(softmax.plan(m, n, dtype, x.device))}  # fmt: skip
+    w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(dtype)
+    return {"args": (x, w, out), "package": lambda: tfg.rms_norm(x, w, 1e-6), "ref": reference.rms_norm_ref(x, w, 1e-6, upcast=True),
+            "nbytes": 2 * m * n * x.element_size(), "plan": None}  # fmt: skip
