@@ -24,8 +24,12 @@ Checked against float64 first (a wrong answer is reported, not timed); device ti
 replay, median; the counters' memset in the timed call, as in the package); ``fraction_of_copy``
 against the big copy's bandwidth; ``n_regs`` from the compiled kernel.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_packed.py OUT.json
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_packed.py OUT.json
+Mode ``order`` (a second argument): RMSNorm's cooperative kernels, the package's (its
+``ADDRESS_FIRST`` knob) and the packed one, with each store's address written before its value
+or after, bf16 and float32 at rows of 64K-128K.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_packed.py OUT.json [all|order]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_packed.py OUT.json [all|order]
 (in the toy run a row is one chunk, and nothing is laundered: the interpreter has no inline PTX)
 """
 
@@ -35,7 +39,8 @@ import torch
 
 import smoke  # first: imports tritonforge before triton
 from smoke import SMOKE, toy
-from tritonforge.kernel_utils import bf16_pair, bf16_pair_hi, bf16_pair_lo, coop_counters, row_barrier
+from tritonforge.kernel_utils import COOP_WARPS, bf16_pair, bf16_pair_hi, bf16_pair_lo, coop_counters, round_bf16_by_hand, row_barrier, split_float
+from tritonforge.ops import rmsnorm
 
 import triton
 import triton.language as tl
@@ -103,7 +108,7 @@ def _softmax_bwd_packed_kernel(dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, NW, S
 
 @triton.jit
 def _rmsnorm_packed_kernel(x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, stride, NW, N, eps, SPLITS: tl.constexpr, WORDS: tl.constexpr,
-                           SPLITS_P2: tl.constexpr, LAUNDER: tl.constexpr):  # fmt: skip
+                           SPLITS_P2: tl.constexpr, LAUNDER: tl.constexpr, ADDRESS_FIRST: tl.constexpr = False):  # fmt: skip
     pid = tl.program_id(0)
     row = (pid // SPLITS).to(tl.int64)
     split = pid % SPLITS
@@ -118,12 +123,17 @@ def _rmsnorm_packed_kernel(x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, stride, NW,
     xw = _launder(xw, LAUNDER)
     ww = tl.load(w_ptr + idx, mask=mask, other=0, eviction_policy="evict_last").to(tl.uint32, bitcast=True)
     # as the package: x * rstd rounded to x's dtype, times the weight, rounded to the output's
-    y_lo = (bf16_pair_lo(xw) * rstd).to(tl.bfloat16).to(tl.float32) * bf16_pair_lo(ww)
-    y_hi = (bf16_pair_hi(xw) * rstd).to(tl.bfloat16).to(tl.float32) * bf16_pair_hi(ww)
-    tl.store(y_ptr + row * NW + idx, bf16_pair(y_lo, y_hi, False), mask=mask)
+    if ADDRESS_FIRST:  # the store's address before its value (mode order)
+        tl.store(y_ptr + row * NW + idx, bf16_pair((bf16_pair_lo(xw) * rstd).to(tl.bfloat16).to(tl.float32) * bf16_pair_lo(ww),
+                                                   (bf16_pair_hi(xw) * rstd).to(tl.bfloat16).to(tl.float32) * bf16_pair_hi(ww), False),
+                 mask=mask)  # fmt: skip
+    else:
+        y_lo = (bf16_pair_lo(xw) * rstd).to(tl.bfloat16).to(tl.float32) * bf16_pair_lo(ww)
+        y_hi = (bf16_pair_hi(xw) * rstd).to(tl.bfloat16).to(tl.float32) * bf16_pair_hi(ww)
+        tl.store(y_ptr + row * NW + idx, bf16_pair(y_lo, y_hi, False), mask=mask)
 
 
-def packed_call(op, args, chunk, warps, launder, info):
+def packed_call(op, args, chunk, warps, launder, info, address_first=False):
     """One launch of the packed kernel on int32 views of the bf16 tensors (chunk: bf16 elements)."""
     words = chunk // 2
     m, n = args[0].shape
@@ -143,10 +153,33 @@ def packed_call(op, args, chunk, warps, launder, info):
                                                           SPLITS_P2=p2, LAUNDER=launder, num_warps=warps)  # fmt: skip
         else:
             k = _rmsnorm_packed_kernel[(m * splits,)](v[0], v[1], v[2], parts[0], counters, v[0].stride(0), nw, n, 1e-6, SPLITS=splits,
-                                                      WORDS=words, SPLITS_P2=p2, LAUNDER=launder, num_warps=warps)  # fmt: skip
+                                                      WORDS=words, SPLITS_P2=p2, LAUNDER=launder, ADDRESS_FIRST=address_first,
+                                                      num_warps=warps)  # fmt: skip
         if not info and k is not None and hasattr(k, "n_regs"):
             info.update(n_regs=k.n_regs, n_spills=k.n_spills)
         return args[-1]
+
+    return call
+
+
+def package_rmsnorm_call(args, address_first, info):
+    """The package's cooperative RMSNorm forward kernel, launched as ``rms_norm_fwd`` does (no rstd),
+    with its ``ADDRESS_FIRST`` knob."""
+    x, w, y = args
+    m, n = x.shape
+    chunk = toy(rmsnorm.fwd_coop_chunk(x.dtype), 256)
+    splits = triton.cdiv(n, chunk)
+    part = torch.empty(m, splits, device=x.device, dtype=torch.float32)
+    eps_hi, eps_lo = split_float(1e-6)
+
+    def call():
+        k = rmsnorm._rms_norm_fwd_coop_kernel[(m * splits,)](
+            x, w, y, y, x.stride(0), y.stride(0), n, eps_hi, eps_lo, part, coop_counters(m, x.device), SPLITS=splits, CHUNK=chunk,
+            SPLITS_P2=triton.next_power_of_2(splits), ACC_DTYPE=tl.float32, ROUND_BF16=round_bf16_by_hand(x.dtype), STORE_RSTD=False,
+            KEEP16=x.dtype == torch.bfloat16, ADDRESS_FIRST=address_first, num_warps=toy(COOP_WARPS, 1))  # fmt: skip
+        if not info and k is not None and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+        return y
 
     return call
 
@@ -158,24 +191,55 @@ CASES = toy(
     [("softmax", 5, 200), ("softmax-bwd", 3, 200), ("rmsnorm", 3, 200)],
 )  # fmt: skip
 
+MODE = sys.argv[2] if len(sys.argv) > 2 else "all"
+if MODE not in ("all", "order"):
+    sys.exit(f"mode {MODE!r}: all (default) or order")
+ORDER_CASES = toy([("rmsnorm", 4096, 65536, torch.bfloat16), ("rmsnorm", 2048, 131072, torch.bfloat16), ("rmsnorm", 4096, 65536, torch.float32),
+                   ("rmsnorm", 2048, 131072, torch.float32)], [("rmsnorm", 3, 200, torch.bfloat16), ("rmsnorm", 3, 200, torch.float32)])  # fmt: skip
+"""Mode ``order``: does writing the output's address before its value (what made the packed
+backward 48 registers, not 59) help RMSNorm's cooperative kernel, the package's and the packed one?"""
+
 VARIANTS = toy([(8192, 8, True), (8192, 8, False), (16384, 8, True), (16384, 16, True), (32768, 16, True)], [(256, 1, False)])
 """(chunk in bf16 elements, warps, launder)."""
 
 copy = smoke.copy_ceiling()
 print("copy GB/s", round(copy["gbps"], 1), flush=True)
 results = []
-for op, m, n in CASES:
-    case = smoke.op_case(op, m, n, torch.bfloat16)
-    args, package, ref, nbytes = case["args"], case["package"], case["ref"], case["nbytes"]
-    base = {"op": op, "shape": [m, n], "dtype": "bfloat16"}
-    results.append(smoke.checked_row({**base, "impl": "tritonforge"}, package, ref, nbytes, copy["gbps"]))
-    for chunk, warps, launder in VARIANTS:
-        if op != "softmax" and chunk > 16384:
-            continue
-        info = {}
-        row = {**base, "impl": "packed", "chunk": chunk, "warps": warps, "launder": launder and not SMOKE}
-        results.append({**smoke.checked_row(row, packed_call(op, args, chunk, warps, launder and not SMOKE, info), ref, nbytes,
-                                            copy["gbps"]), **info})  # fmt: skip
-    ref = args = package = case = None
-    smoke.save_rows(sys.argv[1], copy, results)
+
+def run_all():
+    for op, m, n in CASES:
+        case = smoke.op_case(op, m, n, torch.bfloat16)
+        args, package, ref, nbytes = case["args"], case["package"], case["ref"], case["nbytes"]
+        base = {"op": op, "shape": [m, n], "dtype": "bfloat16"}
+        results.append(smoke.checked_row({**base, "impl": "tritonforge"}, package, ref, nbytes, copy["gbps"]))
+        for chunk, warps, launder in VARIANTS:
+            if op != "softmax" and chunk > 16384:
+                continue
+            info = {}
+            row = {**base, "impl": "packed", "chunk": chunk, "warps": warps, "launder": launder and not SMOKE}
+            results.append({**smoke.checked_row(row, packed_call(op, args, chunk, warps, launder and not SMOKE, info), ref, nbytes,
+                                                copy["gbps"]), **info})  # fmt: skip
+        smoke.save_rows(sys.argv[1], copy, results)
+
+
+def run_order():
+    for op, m, n, dtype in ORDER_CASES:
+        case = smoke.op_case(op, m, n, dtype)
+        args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
+        base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
+        results.append(smoke.checked_row({**base, "impl": "tritonforge"}, case["package"], ref, nbytes, copy["gbps"]))
+        for address_first in (False, True):
+            info = {}
+            row = {**base, "impl": "package kernel", "address_first": address_first}
+            results.append({**smoke.checked_row(row, package_rmsnorm_call(args, address_first, info), ref, nbytes, copy["gbps"]), **info})
+            if dtype == torch.bfloat16:
+                for chunk in toy((8192, 16384), (256,)):
+                    info = {}
+                    row = {**base, "impl": "packed", "chunk": chunk, "warps": toy(8, 1), "launder": not SMOKE, "address_first": address_first}
+                    call = packed_call(op, args, chunk, toy(8, 1), not SMOKE, info, address_first)
+                    results.append({**smoke.checked_row(row, call, ref, nbytes, copy["gbps"]), **info})
+        smoke.save_rows(sys.argv[1], copy, results)
+
+
+run_all() if MODE == "all" else run_order()
 print("wrote", sys.argv[1])
