@@ -260,11 +260,17 @@ def test_coop_registers(tmp_path, mode):
         assert {(r["op"], r["keep16"]) for r in variants} == {(op, k) for op in ("softmax", "rmsnorm") for k in (1, 2)}
 
 
-def test_coop_packed(tmp_path):
-    """Toy rows of one chunk: the three packed kernels (bf16 read as 32-bit words) give the right
-    answer beside the package (the interpreter rounds the packed bf16 by truncation: within 2x)."""
-    rows = checked_rows("coop_packed.py", tmp_path / "packed.json")
-    assert {(r["op"], r["impl"]) for r in rows} == {(op, impl) for op in ("softmax", "softmax-bwd", "rmsnorm") for impl in ("tritonforge", "packed")}
+@pytest.mark.parametrize("mode", ["all", "order"])
+def test_coop_packed(tmp_path, mode):
+    """Toy rows of one chunk: the packed kernels (bf16 read as 32-bit words) and the package's
+    RMSNorm kernel launched directly give the right answer beside the package (the interpreter
+    rounds the packed bf16 by truncation: within 2x)."""
+    rows = checked_rows("coop_packed.py", tmp_path / "packed.json", mode)
+    if mode == "all":
+        assert {(r["op"], r["impl"]) for r in rows} == {(op, i) for op in ("softmax", "softmax-bwd", "rmsnorm") for i in ("tritonforge", "packed")}
+    else:
+        assert {(r["dtype"], r["impl"], r.get("address_first")) for r in rows} >= {
+            ("bfloat16", "packed", False), ("bfloat16", "packed", True), ("float32", "package kernel", False)}
 
 
 @pytest.mark.parametrize("mode", ["all", "hold16"])

@@ -213,7 +213,6 @@ def _rms_norm_fwd_coop_kernel(
     ROUND_BF16: tl.constexpr,
     STORE_RSTD: tl.constexpr,
     KEEP16: tl.constexpr,  # bf16 x: hold the 16-bit chunk across the barrier (kernel_utils.widen_bf16)
-    ADDRESS_FIRST: tl.constexpr = False,  # (an experiment's knob) the output's address before its value
 ):
     """Program (row, chunk) of a row too long for one program: the chunk's sum of squares, the
     row's barrier, the row's rstd from all partial sums (one fixed order: every program gets the
@@ -231,28 +230,14 @@ def _rms_norm_fwd_coop_kernel(
     x = x_in.to(ACC_DTYPE)
     tl.store(part_ptr + row * SPLITS + split, tl.sum(x * x, axis=0))
     row_barrier(count_ptr + row, SPLITS)
-    if ADDRESS_FIRST:
-        parts = tl.arange(0, SPLITS_P2)
-        sum_sq = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
-        rstd = 1.0 / tl.sqrt(sum_sq / N + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE)))
-        w = tl.load(weight_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
-        if KEEP16:
-            tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(
-                cast_for_store(widen_bf16(x_in) * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE) * w, y_ptr.dtype.element_ty,
-                ROUND_BF16), mask=mask)  # fmt: skip
-        else:
-            tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(
-                cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE) * w, y_ptr.dtype.element_ty, ROUND_BF16),
-                mask=mask)  # fmt: skip
-    else:
-        if KEEP16:
-            x = widen_bf16(x_in)
-        w = tl.load(weight_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
-        parts = tl.arange(0, SPLITS_P2)
-        sum_sq = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
-        rstd = 1.0 / tl.sqrt(sum_sq / N + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE)))
-        x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
-        tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+    if KEEP16:
+        x = widen_bf16(x_in)
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
+    parts = tl.arange(0, SPLITS_P2)
+    sum_sq = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
+    rstd = 1.0 / tl.sqrt(sum_sq / N + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE)))
+    x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
+    tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
     if STORE_RSTD:
         if split == 0:
             tl.store(rstd_ptr + row, rstd)
