@@ -416,8 +416,8 @@ def _softmax_bwd_coop_packed_kernel(
     """The cooperative backward for bf16 rows of even length, read as 32-bit words of two elements.
     A program holds its chunks of dy and y across the barrier as loaded, 16 bits an element, and
     widens each half again after it (:func:`~tritonforge.kernel_utils.opaque_u32` keeps the
-    compiler from holding the float32 halves instead): 48 registers a thread where the float32
-    kernel takes 80, so more programs fit an SM. H200, bf16 4096 x 131072: 847 -> 798 us, 0.90 ->
+    compiler from holding the float32 halves instead): 48 registers a thread where holding float32
+    halves takes 80 (the same kernel without the opaque move), so more programs fit an SM. H200, bf16 4096 x 131072: 847 -> 798 us, 0.90 ->
     0.95 of a copy; 64 x 131072 18.0 -> 16.7 (benchmarks/experiments/coop-packed-nvidia-h200-2026-12-01.json)."""
     pid = tl.program_id(0)
     row = (pid // SPLITS).to(tl.int64)
