@@ -29,6 +29,8 @@ import torch
 import tritonforge as tfg  # first: it decides the interpreter flag before triton loads
 from tritonforge import bench
 
+import triton  # after tritonforge
+
 SMOKE = os.environ.get("TRITONFORGE_SMOKE", "") == "1"
 """A toy run: tiny shapes, ``time.perf_counter`` instead of the GPU clocks."""
 
@@ -125,8 +127,6 @@ def save_rows(path: str, copy: dict, rows: list) -> None:
     every case: a run stopped early keeps what it measured."""
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
-    import triton  # after tritonforge (imported above), which set the interpreter flag
-
     with open(path, "w") as f:
         json.dump({"device": device_name(), "torch": torch.__version__, "triton": triton.__version__, "copy": copy, "rows": rows, **meta()},
                   f, indent=1)  # fmt: skip

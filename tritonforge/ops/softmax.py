@@ -411,21 +411,20 @@ def _softmax_bwd_coop_packed_kernel(
     WORDS: tl.constexpr,  # words each program holds: half its chunk's elements
     SPLITS_P2: tl.constexpr,
     ROUND_BF16: tl.constexpr,
-    DY_CONTIGUOUS: tl.constexpr,  # dy_row_stride == NW: one row offset for the three tensors
 ):
     """The cooperative backward for bf16 rows of even length, read as 32-bit words of two elements.
     A program holds its chunks of dy and y across the barrier as loaded, 16 bits an element, and
     widens each half again after it (:func:`~tritonforge.kernel_utils.opaque_u32` keeps the
     compiler from holding the float32 halves instead): 48 registers a thread where holding float32
-    halves takes 80 (the same kernel without the opaque move), so more programs fit an SM. H200, bf16 4096 x 131072: 847 -> 798 us, 0.90 ->
-    0.95 of a copy; 64 x 131072 18.0 -> 16.7 (benchmarks/experiments/coop-packed-nvidia-h200-2026-12-01.json)."""
+    halves takes 80 (the same kernel without the opaque move), so more programs fit an SM. H200,
+    bf16 4096 x 131072: 847 -> 798 us, 0.90 -> 0.95 of a copy; 64 x 131072 18.0 -> 16.7
+    (benchmarks/experiments/coop-packed-nvidia-h200-2026-12-01.json)."""
     pid = tl.program_id(0)
     row = (pid // SPLITS).to(tl.int64)
     split = pid % SPLITS
     idx = split * WORDS + tl.arange(0, WORDS)
     mask = idx < NW
-    dy_row = dy_ptr + row * (NW if DY_CONTIGUOUS else dy_row_stride)
-    dw = tl.load(dy_row + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    dw = tl.load(dy_ptr + row * dy_row_stride + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
     yw = tl.load(y_ptr + row * NW + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
     # Each store's address is written before its value: the order the compiler then schedules in
     # (the same kernel with the values first took 59 registers a thread, not 48, and 831 us, not 797).
@@ -615,8 +614,7 @@ def softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             _softmax_bwd_coop_packed_kernel[(M * p.splits,)](dy_words, y_words, dx.view(M, N).view(torch.int32), dots,
                                                              coop_counters(M, y.device), dy_words.stride(0), N // 2, SPLITS=p.splits,
                                                              WORDS=p.chunk // 2, SPLITS_P2=triton.next_power_of_2(p.splits),
-                                                             ROUND_BF16=rounding, DY_CONTIGUOUS=dy_words.stride(0) == N // 2,
-                                                             num_warps=p.num_warps)  # fmt: skip
+                                                             ROUND_BF16=rounding, num_warps=p.num_warps)  # fmt: skip
             return dx
         _softmax_bwd_coop_kernel[(M * p.splits,)](dy_rows, y_rows, dx, dots, coop_counters(M, y.device), dy_rows.stride(0), N,
                                                   SPLITS=p.splits, CHUNK=p.chunk, SPLITS_P2=triton.next_power_of_2(p.splits),
