@@ -29,8 +29,15 @@ one, with each store's address written before its value or after, bf16 and float
 64K-128K. The recorded run (commit 02f51a5) also launched the package's kernel both ways, through
 an ``ADDRESS_FIRST`` knob it had at that commit only; the knob changed nothing and went.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_packed.py OUT.json [all|order]
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_packed.py OUT.json [all|order]
+Mode ``e16``: the softmax forward holding its exponentials, not x, as packed words: each ``e = exp(x
+- m_chunk)`` rounded to bf16 (one ``cvt.rn.bf16x2.f32`` for two, volatile inline PTX, so that it
+stays before the wait), scaled by the merge factor after it. One exponential an element and 16
+bits held, at the price of a second rounding: y is rounded from a rounded e, where the package
+rounds once. The accuracy is measured beside the time: bf16 ulps against float64 (the largest,
+and the share of elements more than half an ulp off), for torch.softmax, the package and each variant.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_packed.py OUT.json [all|order|e16]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_packed.py OUT.json [all|order|e16]
 (in the toy run a row is one chunk, and nothing is laundered: the interpreter has no inline PTX)
 """
 
@@ -86,6 +93,46 @@ def _softmax_packed_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stri
     inv_s = 1.0 / tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)
     w = _launder(w, LAUNDER)
     tl.store(y_ptr + row * NW + idx, bf16_pair(tl.exp(bf16_pair_lo(w) - m_row) * inv_s, tl.exp(bf16_pair_hi(w) - m_row) * inv_s, False), mask=mask)
+
+
+@triton.jit
+def _pack_e(lo, hi, ASM: tl.constexpr):
+    """Two float32 blocks rounded to bf16 and packed, ``lo`` in the first half. ``ASM``: one
+    ``cvt.rn.bf16x2.f32`` a word, as volatile inline PTX, which the compiler can move past no barrier
+    (a pure conversion it sank past the wait and held float32: ``coop-publish-hold16``)."""
+    if ASM:
+        return tl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [lo, hi], dtype=tl.uint32, is_pure=False, pack=1)
+    return bf16_pair(lo, hi, False).to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _softmax_e16_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stride, NW, SPLITS: tl.constexpr, WORDS: tl.constexpr,
+                        SPLITS_P2: tl.constexpr, LAUNDER: tl.constexpr):  # fmt: skip
+    """Mode e16: the chunk's exponentials ``e = exp(x - m)`` (the sum taken in float32) rounded to
+    bf16 and held as packed words across the wait, scaled after it: one exponential an element and
+    16 bits held, but y rounds twice (e, then y)."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    w, idx, mask = _words(x_ptr, row, stride, NW, split, WORDS, NEG_INF_PAIR)
+    lo = bf16_pair_lo(w)
+    hi = bf16_pair_hi(w)
+    m = tl.maximum(tl.max(lo, axis=0), tl.max(hi, axis=0))
+    m_ref = tl.where(m == -float("inf"), 0.0, m)
+    e_lo = tl.exp(lo - m_ref)
+    e_hi = tl.exp(hi - m_ref)
+    ew = _pack_e(e_lo, e_hi, LAUNDER)
+    tl.store(part_m_ptr + row * SPLITS + split, m)
+    tl.store(part_s_ptr + row * SPLITS + split, tl.sum(e_lo, axis=0) + tl.sum(e_hi, axis=0))
+    row_barrier(count_ptr + row, SPLITS)
+    parts = tl.arange(0, SPLITS_P2)
+    ms = tl.load(part_m_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"), volatile=True)
+    ss = tl.load(part_s_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True)
+    m_row = tl.max(ms, axis=0)
+    s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)
+    f = tl.exp(m - m_row) / s_row
+    ew = _launder(ew, LAUNDER)
+    tl.store(y_ptr + row * NW + idx, bf16_pair(bf16_pair_lo(ew) * f, bf16_pair_hi(ew) * f, False), mask=mask)
 
 
 @triton.jit
@@ -146,7 +193,10 @@ def packed_call(op, args, chunk, warps, launder, info, address_first=False):
 
     def call():
         counters = coop_counters(m, args[0].device)
-        if op == "softmax":
+        if op == "softmax-e16":
+            k = _softmax_e16_kernel[(m * splits,)](v[0], v[1], *parts, counters, v[0].stride(0), nw, SPLITS=splits, WORDS=words,
+                                                   SPLITS_P2=p2, LAUNDER=launder, num_warps=warps)  # fmt: skip
+        elif op == "softmax":
             k = _softmax_packed_kernel[(m * splits,)](v[0], v[1], *parts, counters, v[0].stride(0), nw, SPLITS=splits, WORDS=words,
                                                       SPLITS_P2=p2, LAUNDER=launder, num_warps=warps)  # fmt: skip
         elif op == "softmax-bwd":
@@ -192,8 +242,8 @@ CASES = toy(
 )  # fmt: skip
 
 MODE = sys.argv[2] if len(sys.argv) > 2 else "all"
-if MODE not in ("all", "order"):
-    sys.exit(f"mode {MODE!r}: all (default) or order")
+if MODE not in ("all", "order", "e16"):
+    sys.exit(f"mode {MODE!r}: all (default), order or e16")
 ORDER_CASES = toy([("rmsnorm", 4096, 65536, torch.bfloat16), ("rmsnorm", 2048, 131072, torch.bfloat16), ("rmsnorm", 4096, 65536, torch.float32),
                    ("rmsnorm", 2048, 131072, torch.float32)], [("rmsnorm", 3, 200, torch.bfloat16), ("rmsnorm", 3, 200, torch.float32)])  # fmt: skip
 """Mode ``order``: does writing the output's address before its value (what made the packed
@@ -241,5 +291,38 @@ def run_order():
         smoke.save_rows(sys.argv[1], copy, results)
 
 
-run_all() if MODE == "all" else run_order()
+E16_CASES = toy([(4096, 131072), (512, 131072), (64, 131072), (64, 262144), (8192, 65536), (16384, 32768)], [(5, 200), (3, 256)])
+E16_VARIANTS = toy([(8192, 8, True), (8192, 8, False), (16384, 8, True), (16384, 16, True), (32768, 16, True)], [(256, 1, False)])
+"""Mode ``e16``: (chunk in bf16 elements, warps, launder: the exponentials packed by inline PTX and
+passed through the opaque move after the wait)."""
+
+
+def ulp_stats(got: torch.Tensor, ref: torch.Tensor) -> dict:
+    """bf16 ulps of error against the float64 ``ref`` over its first rows, where ``ref`` is a
+    normal bf16 number: the largest, and the share of elements not correctly rounded (> 0.5 ulp)."""
+    got, ref = got[:64].double(), ref[:64]
+    ok = ref.abs() >= 2.0**-126
+    ulps = (got - ref).abs()[ok] / torch.exp2(torch.floor(torch.log2(ref.abs()[ok])) - 7)
+    return {"max_ulp": ulps.max().item(), "share_over_half_ulp": (ulps > 0.5 + 1e-9).double().mean().item()}
+
+
+def run_e16():
+    for m, n in E16_CASES:
+        case = smoke.op_case("softmax", m, n, torch.bfloat16)
+        args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
+        base = {"op": "softmax", "shape": [m, n], "dtype": "bfloat16"}
+        x = args[0]
+        results.append({**base, "impl": "torch", **ulp_stats(torch.softmax(x, -1), ref)})
+        results.append({**smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"]),
+                        **ulp_stats(case["package"](), ref)})  # fmt: skip
+        for chunk, warps, launder in E16_VARIANTS:
+            info = {}
+            row = {**base, "impl": "e16", "chunk": chunk, "warps": warps, "launder": launder and not SMOKE}
+            call = packed_call("softmax-e16", args, chunk, warps, launder and not SMOKE, info)
+            row = smoke.checked_row(row, call, ref, nbytes, copy["gbps"])
+            results.append({**row, **info, **({} if "error" in row else ulp_stats(call(), ref))})
+        smoke.save_rows(sys.argv[1], copy, results)
+
+
+{"all": run_all, "order": run_order, "e16": run_e16}[MODE]()
 print("wrote", sys.argv[1])
