@@ -1,0 +1,147 @@
+"""Is the bf16 cooperative softmax forward short of a copy because of the instructions it issues
+per element?
+
+At 4096 x 128K the package's cooperative softmax reaches 0.77 of a same-size copy in bf16 and 0.93
+in float32, with the same programs (chunks of 8192 elements, 8 warps, 48 registers a thread). A
+bf16 program moves half the bytes for the same instructions, so at the same bandwidth it must
+issue twice as many a second. Holding 16 bits instead of float32 did not help (``coop_packed.py``
+modes ``all`` and ``e16``: the register count stayed, and the extra packing made it slower), which
+points at the instruction stream. ``tl.exp`` lowers to ``ex2.approx.f32`` of ``x * log2(e)``, and
+``ex2.approx.f32`` without ``.ftz`` takes extra instructions in SASS to keep subnormal results.
+The variants of the package's cooperative kernel (``exp``):
+
+- ``exp``: ``tl.exp(x - m)``, as the package;
+- ``fma``: ``tl.exp2(x * log2e - m * log2e)``: the subtraction folded into one multiply-add;
+- ``ftz``: the same multiply-add, then ``ex2.approx.ftz.f32`` as inline PTX: subnormal results
+  flush to zero (an ``e`` below 2^-126, i.e. ``x - m < -87.3``, becomes 0: a y the size of a
+  subnormal, below 1e-38, is lost; every normal y is unchanged in kind).
+
+Each row gives the SASS instruction count of the kernel (``sass_instructions``; a program's
+elements are unrolled, so this over the elements a thread holds is the count an element) and its
+most frequent opcodes, the registers, and the accuracy beside torch.softmax's (bf16 or float32
+ulps against float64: the largest, and the share of elements more than half an ulp off, over the
+first rows). Checked against float64 first (a wrong answer is reported, not timed); device time
+(CUDA-graph replay, median; the counters' memset in the timed call, as in the package);
+``fraction_of_copy`` against the big copy's bandwidth.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_exp.py OUT.json
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_exp.py OUT.json
+(in the toy run a row is one chunk, and ``ftz`` does not run: the interpreter has no inline PTX)
+"""
+
+import collections
+import re
+import sys
+
+import torch
+
+import smoke  # first: imports tritonforge before triton
+from smoke import toy
+from tritonforge.kernel_utils import COOP_WARPS, coop_counters, round_bf16_by_hand, row_barrier
+
+import triton
+import triton.language as tl
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _exp_of(x, m, EXP: tl.constexpr):
+    """``exp(x - m)`` the variant's way."""
+    if EXP == "exp":
+        return tl.exp(x - m)
+    t = x * LOG2E - m * LOG2E
+    if EXP == "fma":
+        return tl.exp2(t)
+    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [t], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _coop_exp_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stride, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr,
+                     SPLITS_P2: tl.constexpr, EXP: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
+    """The package's ``softmax._softmax_coop_kernel`` (float32 accumulation) with the exponential
+    taken the ``EXP`` way (the merge's few exponentials too)."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
+    m_ref = tl.where(m == -float("inf"), 0.0, m)
+    e = _exp_of(x, m_ref, EXP)
+    tl.store(part_m_ptr + row * SPLITS + split, m)
+    tl.store(part_s_ptr + row * SPLITS + split, tl.sum(e, axis=0))
+    row_barrier(count_ptr + row, SPLITS)
+    parts = tl.arange(0, SPLITS_P2)
+    ms = tl.load(part_m_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"), volatile=True)
+    ss = tl.load(part_s_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True)
+    m_row = tl.max(ms, axis=0)
+    s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * _exp_of(ms, m_row, EXP)), axis=0)
+    y = e * (_exp_of(m, m_row, EXP) / s_row)
+    if ROUND_BF16:  # the interpreter truncates float32 -> bf16: round by hand (kernel_utils.cast_for_store)
+        bits = y.to(tl.uint32, bitcast=True)
+        y = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+    tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def sass_profile(kernel) -> dict:
+    """The compiled kernel's SASS instruction count and its ten most frequent opcodes (empty where
+    the toolchain gives no SASS, e.g. the interpreter)."""
+    try:
+        sass = kernel.asm["sass"]
+    except Exception:  # noqa: BLE001 - no SASS here (the interpreter) or no disassembler
+        return {}
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+    return {"sass_instructions": len(ops), "sass_top": collections.Counter(op.split(".")[0] for op in ops).most_common(10)}
+
+
+def variant_call(x, y, exp, chunk, warps, info):
+    m, n = x.shape
+    splits = triton.cdiv(n, chunk)
+    parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
+
+    def call():
+        k = _coop_exp_kernel[(m * splits,)](x, y, *parts, coop_counters(m, x.device), x.stride(0), n, SPLITS=splits, CHUNK=chunk,
+                                            SPLITS_P2=triton.next_power_of_2(splits), EXP=exp, ROUND_BF16=round_bf16_by_hand(x.dtype),
+                                            num_warps=warps)  # fmt: skip
+        if not info and k is not None and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills, **sass_profile(k))
+        return y
+
+    return call
+
+
+def ulp_stats(got: torch.Tensor, ref: torch.Tensor) -> dict:
+    """Ulps of ``got``'s dtype against the float64 ``ref`` over the first rows, where ``ref`` is a
+    normal number of that dtype: the largest, and the share more than half an ulp off."""
+    bits = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}[got.dtype]  # stored mantissa bits
+    tiny = torch.finfo(got.dtype).tiny
+    got, ref = got[:64].double(), ref[:64]
+    ok = ref.abs() >= tiny
+    ulps = (got - ref).abs()[ok] / torch.exp2(torch.floor(torch.log2(ref.abs()[ok])) - bits)
+    return {"max_ulp": ulps.max().item(), "share_over_half_ulp": (ulps > 0.5 + 1e-9).double().mean().item()}
+
+
+CASES = toy([(4096, 131072), (512, 131072), (64, 131072), (64, 262144)], [(5, 200), (3, 256)])
+DTYPES = (torch.bfloat16, torch.float32)
+EXPS = toy(("exp", "fma", "ftz"), ("exp", "fma"))
+
+copy = smoke.copy_ceiling()
+print("copy GB/s", round(copy["gbps"], 1), flush=True)
+results = []
+for m, n in CASES:
+    for dtype in DTYPES:
+        case = smoke.op_case("softmax", m, n, dtype)
+        (x, y), ref, nbytes = case["args"], case["ref"], case["nbytes"]
+        base = {"op": "softmax", "shape": [m, n], "dtype": str(dtype)[6:]}
+        results.append({**base, "impl": "torch", **ulp_stats(torch.softmax(x, -1), ref)})
+        row = smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"])
+        results.append({**row, **ulp_stats(case["package"](), ref)})
+        for exp in EXPS:
+            info = {}
+            call = variant_call(x, y, exp, toy(8192, 256), toy(COOP_WARPS, 1), info)
+            row = smoke.checked_row({**base, "impl": "variant", "exp": exp}, call, ref, nbytes, copy["gbps"])
+            results.append({**row, **info, **({} if "error" in row else ulp_stats(call(), ref))})
+        smoke.save_rows(sys.argv[1], copy, results)
+print("wrote", sys.argv[1])
