@@ -16,6 +16,7 @@ from tritonforge.kernel_utils import (
     bf16_pair_hi,
     bf16_pair_lo,
     cast_for_store,
+    exp_shifted,
     packs_bf16_rows,
     round_bf16_by_hand,
 )
@@ -78,6 +79,38 @@ def test_bf16_pairs(device):
     torch.testing.assert_close(lo, x[0::2].float(), rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(hi, x[1::2].float(), rtol=0, atol=0, equal_nan=True)
     assert torch.equal(packed.view(torch.bfloat16), src.to(torch.bfloat16))
+
+
+@triton.jit
+def _exp_kernel(x_ptr, out_ptr, m, n, BLOCK: tl.constexpr, DTYPE: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+    tl.store(out_ptr + offsets, exp_shifted(x, m, DTYPE), mask=mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_exp_shifted(dtype, device):
+    """exp(x - m) in float32 to a few float32 ulps plus the product's rounding whatever the final
+    dtype (the 16-bit form is exp2 of the same product as tl.exp's, not a less accurate one), -inf to 0; where the result is rounded to
+    16 bits in the end, a GPU flushes an exp below 2^-126 to zero (ex2.approx.ftz), float32 keeps it."""
+    m = 37.25
+    x = m - torch.cat([torch.rand(2000) * 80, torch.tensor([0.0, float("inf"), 86.0, 88.0, 95.0])]).to(device)
+    out = torch.full_like(x, float("nan"))
+    _exp_kernel[(1,)](x, out, m, x.numel(), BLOCK=2048, DTYPE={torch.bfloat16: tl.bfloat16, torch.float16: tl.float16,
+                                                                torch.float32: tl.float32}[dtype])  # fmt: skip
+    ref = torch.exp(x.double() - m)
+    normal = ref >= 2.0**-126
+    # the rounded product (x - m) * log2(e) is off by up to |x - m| 2^-24 relative: as tl.exp on a GPU
+    t = (x.double() - m).abs()[normal] * math.log2(math.e)
+    err = (out[normal].double() - ref[normal]).abs() / ref[normal]
+    assert (err <= (4 + t) * 2.0**-23).all(), (err / ((4 + t) * 2.0**-23)).max()
+    assert out[2001] == 0.0  # exp(-inf)
+    tiny = out[~normal & (ref > 0)]
+    if x.is_cuda and dtype != torch.float32:
+        assert (tiny == 0).all(), tiny  # flushed
+    elif x.is_cuda:
+        assert (tiny > 0).all(), tiny  # subnormal results kept
 
 
 def test_packs_bf16_rows():

@@ -38,6 +38,30 @@ def cast_for_store(
     return value.to(DTYPE)
 
 
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def exp_shifted(
+    x,  # float32/float64 block
+    m,  # what to subtract (a max): x - m <= 0
+    DTYPE: tl.constexpr,  # the element type the result is rounded to in the end
+):
+    """``exp(x - m)`` for a result rounded to ``DTYPE`` in the end. ``tl.exp`` is ``ex2.approx.f32``
+    of ``(x - m) * log2(e)``, whose subnormal-preserving form costs three more instructions an
+    element; for 16-bit ``DTYPE`` this takes ``tl.exp2`` of the same product instead
+    (``ex2.approx.ftz.f32``): the same rounding, but an ``e`` below 2^-126 flushes to zero. No fp16
+    result is that small; a bf16 one below 2^-126 (1.2e-38, a bf16 subnormal) becomes 0. A bf16
+    program is short of instructions, not bytes (half the bytes a float32 one moves for the same
+    work): H200, the cooperative softmax 568 -> 464 SASS instructions a program of 8192, bf16
+    4096 x 131072 655 -> ... us (benchmarks/experiments/coop-exp-nvidia-h200-2026-12-02.json).
+    Not ``x * log2(e) - m * log2(e)`` in one multiply-add: the rounded ``m * log2(e)`` would put
+    an error of |m| 2^-24 in every exponent."""
+    if DTYPE.primitive_bitwidth == 16:
+        return tl.exp2((x - m) * LOG2E)
+    return tl.exp(x - m)
+
+
 def round_bf16_by_hand(dtype: torch.dtype) -> bool:
     """The ``ROUND_BF16`` flag for :func:`cast_for_store`: bf16 output in the interpreter."""
     return dtype == torch.bfloat16 and runtime.interpreting()

@@ -11,7 +11,10 @@ points at the instruction stream. ``tl.exp`` lowers to ``ex2.approx.f32`` of ``x
 The variants of the package's cooperative kernel (``exp``):
 
 - ``exp``: ``tl.exp(x - m)``, as the package;
-- ``fma``: ``tl.exp2(x * log2e - m * log2e)``: the subtraction folded into one multiply-add;
+- ``sub``: ``tl.exp2((x - m) * log2e)``: ``tl.exp2`` is ``ex2.approx.ftz.f32``, no subnormal results;
+- ``fma``: ``tl.exp2(x * log2e - m * log2e)``: the subtraction folded into one multiply-add (whose
+  rounded ``m * log2e`` costs accuracy where |m| is large: an error of |m| 2^-24 in the exponent);
+- ``fma-noftz``: the multiply-add, then ``ex2.approx.f32`` (subnormal results kept) as inline PTX;
 - ``ftz``: the same multiply-add, then ``ex2.approx.ftz.f32`` as inline PTX: subnormal results
   flush to zero (an ``e`` below 2^-126, i.e. ``x - m < -87.3``, becomes 0: a y the size of a
   subnormal, below 1e-38, is lost; every normal y is unchanged in kind).
@@ -50,15 +53,19 @@ def _exp_of(x, m, EXP: tl.constexpr):
     """``exp(x - m)`` the variant's way."""
     if EXP == "exp":
         return tl.exp(x - m)
+    if EXP == "sub":
+        return tl.exp2((x - m) * LOG2E)
     t = x * LOG2E - m * LOG2E
     if EXP == "fma":
         return tl.exp2(t)
+    if EXP == "fma-noftz":
+        return tl.inline_asm_elementwise("ex2.approx.f32 $0, $1;", "=f,f", [t], dtype=tl.float32, is_pure=True, pack=1)
     return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [t], dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit
 def _coop_exp_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stride, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr,
-                     SPLITS_P2: tl.constexpr, EXP: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
+                     SPLITS_P2: tl.constexpr, EXP: tl.constexpr, ROUND_BF16: tl.constexpr, MAX16: tl.constexpr = False):  # fmt: skip
     """The package's ``softmax._softmax_coop_kernel`` (float32 accumulation) with the exponential
     taken the ``EXP`` way (the merge's few exponentials too)."""
     pid = tl.program_id(0)
@@ -66,8 +73,13 @@ def _coop_exp_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stride, N,
     split = pid % SPLITS
     cols = split * CHUNK + tl.arange(0, CHUNK)
     mask = cols < N
-    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
-    m = tl.max(x, axis=0)
+    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=-float("inf"))
+    if MAX16:  # the chunk's max in its own 16-bit type (exact), then widened
+        m = tl.max(x, axis=0).to(tl.float32)
+        x = x.to(tl.float32)
+    else:
+        x = x.to(tl.float32)
+        m = tl.max(x, axis=0)
     m_ref = tl.where(m == -float("inf"), 0.0, m)
     e = _exp_of(x, m_ref, EXP)
     tl.store(part_m_ptr + row * SPLITS + split, m)
@@ -125,7 +137,7 @@ def ulp_stats(got: torch.Tensor, ref: torch.Tensor) -> dict:
 
 CASES = toy([(4096, 131072), (512, 131072), (64, 131072), (64, 262144)], [(5, 200), (3, 256)])
 DTYPES = (torch.bfloat16, torch.float32)
-EXPS = toy(("exp", "fma", "ftz"), ("exp", "fma"))
+EXPS = toy(("exp", "sub", "fma", "fma-noftz", "ftz"), ("exp", "sub", "fma"))
 
 copy = smoke.copy_ceiling()
 print("copy GB/s", round(copy["gbps"], 1), flush=True)

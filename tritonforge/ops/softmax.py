@@ -79,6 +79,7 @@ from tritonforge.kernel_utils import (
     coop_chunk,
     coop_counters,
     coop_splits,
+    exp_shifted,
     opaque_u32,
     packs_bf16_rows,
     round_bf16_by_hand,
@@ -112,7 +113,7 @@ def _online_state(
         m_new = tl.maximum(m_lane, x)
         # A lane that has seen only -inf keeps (m, s) = (-inf, 0): subtract 0 there, not -inf.
         m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
-        s_lane = s_lane * tl.exp(m_lane - m_ref) + tl.exp(x - m_ref)
+        s_lane = s_lane * exp_shifted(m_lane, m_ref, x_row.dtype.element_ty) + exp_shifted(x, m_ref, x_row.dtype.element_ty)
         m_lane = m_new
     m = tl.max(m_lane, axis=0)
     s = tl.sum(tl.where(m_lane == -float("inf"), 0.0, s_lane * tl.exp(m_lane - m)), axis=0)
@@ -128,7 +129,7 @@ def _write_softmax(x_row, y_row, start, end, m, s, BLOCK_N: tl.constexpr, ACC_DT
         idx = off + cols
         mask = idx < end
         x = tl.load(x_row + idx, mask=mask, other=0.0, eviction_policy="evict_first").to(ACC_DTYPE)
-        tl.store(y_row + idx, cast_for_store(tl.exp(x - m) * inv_s, y_row.dtype.element_ty, ROUND_BF16), mask=mask)
+        tl.store(y_row + idx, cast_for_store(exp_shifted(x, m, y_row.dtype.element_ty) * inv_s, y_row.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
 @triton.jit
@@ -137,7 +138,7 @@ def _softmax_row(x_row, y_row, N, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
     x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(ACC_DTYPE)
-    e = tl.exp(x - tl.max(x, axis=0))  # masked lanes: exp(-inf) = 0
+    e = exp_shifted(x, tl.max(x, axis=0), y_row.dtype.element_ty)  # masked lanes: exp(-inf) = 0
     y = e * (1.0 / tl.sum(e, axis=0))
     tl.store(y_row + cols, cast_for_store(y, y_row.dtype.element_ty, ROUND_BF16), mask=mask)
 
@@ -185,7 +186,7 @@ def _softmax_fwd_rows_kernel(
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     r = rows.to(tl.int64)[:, None]
     x = tl.load(x_ptr + r * x_row_stride + cols[None, :], mask=mask, other=-float("inf")).to(ACC_DTYPE)
-    e = tl.exp(x - tl.max(x, axis=1)[:, None])  # rows past M are all -inf: NaN there, never stored
+    e = exp_shifted(x, tl.max(x, axis=1)[:, None], y_ptr.dtype.element_ty)  # rows past M are all -inf: NaN there, never stored
     y = e * (1.0 / tl.sum(e, axis=1))[:, None]
     tl.store(y_ptr + r * N + cols[None, :], cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
@@ -363,7 +364,7 @@ def _softmax_coop_kernel(
     x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(ACC_DTYPE)
     m = tl.max(x, axis=0)
     m_ref = tl.where(m == -float("inf"), 0.0, m)  # an all -inf chunk: (-inf, 0), e = 0
-    e = tl.exp(x - m_ref)
+    e = exp_shifted(x, m_ref, y_ptr.dtype.element_ty)
     tl.store(part_m_ptr + row * SPLITS + split, m)
     tl.store(part_s_ptr + row * SPLITS + split, tl.sum(e, axis=0))
     row_barrier(count_ptr + row, SPLITS)
