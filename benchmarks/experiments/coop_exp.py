@@ -27,8 +27,12 @@ first rows). Checked against float64 first (a wrong answer is reported, not time
 (CUDA-graph replay, median; the counters' memset in the timed call, as in the package);
 ``fraction_of_copy`` against the big copy's bandwidth.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_exp.py OUT.json
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_exp.py OUT.json
+Mode ``one-pass`` (a second argument): the rows that fit one program, ``exp`` against ``sub``, in
+the package's one-pass kernels as each shape's plan launches them (the pipelined persistent kernel
+at 16-bit rows of 32K, a program per row below), beside the package.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_exp.py OUT.json [cooperative|one-pass]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_exp.py OUT.json [cooperative|one-pass]
 (in the toy run a row is one chunk, and ``ftz`` does not run: the interpreter has no inline PTX)
 """
 
@@ -97,6 +101,47 @@ def _coop_exp_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stride, N,
     tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _one_pass_exp_kernel(x_ptr, y_ptr, stride, M, N, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, EXP: tl.constexpr,
+                         ROUND_BF16: tl.constexpr):  # fmt: skip
+    """Mode ``one-pass``: the package's one-pass row (``softmax._softmax_row``) with the exponential
+    taken the ``EXP`` way; ``STAGES`` > 1 as ``softmax._softmax_fwd_pipelined_kernel`` (persistent
+    programs, that many rows in flight), else a program per row as ``softmax._softmax_fwd_kernel``."""
+    if STAGES > 1:
+        for row in tl.range(tl.program_id(0), M, tl.num_programs(0), num_stages=STAGES):
+            _row_exp(x_ptr + tl.cast(row, tl.int64) * stride, y_ptr + tl.cast(row, tl.int64) * N, N, BLOCK_N, EXP, ROUND_BF16)
+    else:
+        row = tl.program_id(0).to(tl.int64)
+        _row_exp(x_ptr + row * stride, y_ptr + row * N, N, BLOCK_N, EXP, ROUND_BF16)
+
+
+@triton.jit
+def _row_exp(x_row, y_row, N, BLOCK_N: tl.constexpr, EXP: tl.constexpr, ROUND_BF16: tl.constexpr):
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    e = _exp_of(x, tl.max(x, axis=0), EXP)
+    y = e * (1.0 / tl.sum(e, axis=0))
+    if ROUND_BF16:
+        bits = y.to(tl.uint32, bitcast=True)
+        y = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+    tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=mask)
+
+
+def one_pass_call(x, y, exp, plan, info):
+    m, n = x.shape
+    grid = (min(m, torch.cuda.get_device_properties(x.device).multi_processor_count),) if plan.stages > 1 else (m,)
+
+    def call():
+        k = _one_pass_exp_kernel[grid](x, y, x.stride(0), m, n, BLOCK_N=plan.block_n, STAGES=plan.stages, EXP=exp,
+                                       ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=plan.num_warps)  # fmt: skip
+        if not info and k is not None and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills, **sass_profile(k))
+        return y
+
+    return call
+
+
 def sass_profile(kernel) -> dict:
     """The compiled kernel's SASS instruction count and its ten most frequent opcodes (empty where
     the toolchain gives no SASS, e.g. the interpreter)."""
@@ -135,6 +180,12 @@ def ulp_stats(got: torch.Tensor, ref: torch.Tensor) -> dict:
     return {"max_ulp": ulps.max().item(), "share_over_half_ulp": (ulps > 0.5 + 1e-9).double().mean().item()}
 
 
+MODE = sys.argv[2] if len(sys.argv) > 2 else "cooperative"
+if MODE not in ("cooperative", "one-pass"):
+    sys.exit(f"mode {MODE!r}: cooperative (default) or one-pass")
+ONE_PASS_CASES = toy([(16384, 32768, torch.bfloat16), (16384, 32768, torch.float16), (8192, 32768, torch.bfloat16),
+                      (16384, 16384, torch.bfloat16), (16384, 4096, torch.bfloat16), (16384, 32768, torch.float32)],
+                     [(5, 200, torch.bfloat16), (3, 256, torch.float32)])  # fmt: skip
 CASES = toy([(4096, 131072), (512, 131072), (64, 131072), (64, 262144)], [(5, 200), (3, 256)])
 DTYPES = (torch.bfloat16, torch.float32)
 EXPS = toy(("exp", "sub", "fma", "fma-noftz", "ftz"), ("exp", "sub", "fma"))
@@ -142,18 +193,42 @@ EXPS = toy(("exp", "sub", "fma", "fma-noftz", "ftz"), ("exp", "sub", "fma"))
 copy = smoke.copy_ceiling()
 print("copy GB/s", round(copy["gbps"], 1), flush=True)
 results = []
-for m, n in CASES:
-    for dtype in DTYPES:
+
+
+def run_cooperative():
+    for m, n in CASES:
+        for dtype in DTYPES:
+            case = smoke.op_case("softmax", m, n, dtype)
+            (x, y), ref, nbytes = case["args"], case["ref"], case["nbytes"]
+            base = {"op": "softmax", "shape": [m, n], "dtype": str(dtype)[6:]}
+            results.append({**base, "impl": "torch", **ulp_stats(torch.softmax(x, -1), ref)})
+            row = smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"])
+            results.append({**row, **ulp_stats(case["package"](), ref)})
+            for exp in EXPS:
+                info = {}
+                call = variant_call(x, y, exp, toy(8192, 256), toy(COOP_WARPS, 1), info)
+                row = smoke.checked_row({**base, "impl": "variant", "exp": exp}, call, ref, nbytes, copy["gbps"])
+                results.append({**row, **info, **({} if "error" in row else ulp_stats(call(), ref))})
+            smoke.save_rows(sys.argv[1], copy, results)
+
+
+def run_one_pass():
+    from tritonforge.ops import softmax
+
+    for m, n, dtype in ONE_PASS_CASES:
         case = smoke.op_case("softmax", m, n, dtype)
         (x, y), ref, nbytes = case["args"], case["ref"], case["nbytes"]
-        base = {"op": "softmax", "shape": [m, n], "dtype": str(dtype)[6:]}
-        results.append({**base, "impl": "torch", **ulp_stats(torch.softmax(x, -1), ref)})
-        row = smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"])
+        plan = softmax.plan(m, n, dtype, x.device)
+        base = {"op": "softmax", "shape": [m, n], "dtype": str(dtype)[6:], "plan": list(plan)}
+        row = smoke.checked_row({**base, "impl": "tritonforge"}, case["package"], ref, nbytes, copy["gbps"])
         results.append({**row, **ulp_stats(case["package"](), ref)})
-        for exp in EXPS:
+        for exp in ("exp", "sub"):
             info = {}
-            call = variant_call(x, y, exp, toy(8192, 256), toy(COOP_WARPS, 1), info)
+            call = one_pass_call(x, y, exp, plan, info)
             row = smoke.checked_row({**base, "impl": "variant", "exp": exp}, call, ref, nbytes, copy["gbps"])
             results.append({**row, **info, **({} if "error" in row else ulp_stats(call(), ref))})
         smoke.save_rows(sys.argv[1], copy, results)
+
+
+run_cooperative() if MODE == "cooperative" else run_one_pass()
 print("wrote", sys.argv[1])
