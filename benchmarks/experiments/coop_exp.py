@@ -149,7 +149,9 @@ def sass_profile(kernel) -> dict:
         sass = kernel.asm["sass"]
     except Exception:  # noqa: BLE001 - no SASS here (the interpreter) or no disassembler
         return {}
-    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+    # an instruction line: "<control codes>\t[@predicate ]OPCODE operands;" (Triton 3.9's disassembly)
+    # or "        /*0040*/   [@predicate ]OPCODE operands ;" (cuobjdump's)
+    ops = re.findall(r"^(?:\S+\t|\s+/\*[0-9a-f]+\*/\s+)(?:@!?U?P\w+ +)?([A-Z][A-Z0-9_.]*)", sass, flags=re.MULTILINE)
     return {"sass_instructions": len(ops), "sass_top": collections.Counter(op.split(".")[0] for op in ops).most_common(10)}
 
 

@@ -330,6 +330,25 @@ def test_gpu_cooperative_rows(shape, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(4, 1000), (4, 4096), (300, 40001), (5, 200000)], ids=str)
+def test_gpu_bf16_tiny_probabilities(shape):
+    """A 16-bit softmax takes exp2 of (x - m) log2(e) (ex2.approx.ftz, kernel_utils.exp_shifted)
+    on every path but the pipelined one: a bf16 probability below 2^-126 (a bf16 subnormal, 1.2e-38)
+    may come out 0, and nothing else changes: probabilities down to 2^-126 within two bf16 ulps of
+    float64, one pass, cooperative and split rows alike."""
+    x = torch.randn(shape, device="cuda") * 3
+    x[:, 1] = x[:, 0] = 20.0
+    x[:, 2:7] = torch.tensor([20.0 - 80.0, 20.0 - 86.0, 20.0 - 87.0, 20.0 - 88.5, 20.0 - 95.0])  # 1e-35 ... 1e-42
+    x = x.to(torch.bfloat16)
+    y = softmax(x).double()
+    expected = torch.softmax(x.double(), -1)
+    normal = expected >= 2.0**-126
+    ulp = torch.exp2(torch.floor(torch.log2(expected[normal])) - 7)
+    assert ((y[normal] - expected[normal]).abs() <= 2 * ulp).all()
+    assert ((y[~normal] == 0) | ((y[~normal] - expected[~normal]).abs() <= 2.0**-133)).all()  # 0 or the bf16 subnormal
+
+
+@pytest.mark.gpu
 def test_gpu_packed_cooperative_backward_layouts():
     """The cooperative backward reads bf16 rows of even length as 32-bit words, two elements each,
     where the layout allows it (dy in place with an even row stride) and keeps the float32 kernel
