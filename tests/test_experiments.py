@@ -34,6 +34,7 @@ EXPERIMENTS = REPO / "benchmarks" / "experiments"
 
 KEPT = {
     "attention_tiles.py",
+    "coop_exp.py",
     "coop_packed.py",
     "coop_publish.py",
     "coop_registers.py",
@@ -260,17 +261,30 @@ def test_coop_registers(tmp_path, mode):
         assert {(r["op"], r["keep16"]) for r in variants} == {(op, k) for op in ("softmax", "rmsnorm") for k in (1, 2)}
 
 
-@pytest.mark.parametrize("mode", ["all", "order"])
+@pytest.mark.parametrize("mode", ["all", "order", "e16"])
 def test_coop_packed(tmp_path, mode):
     """Toy rows of one chunk: the packed kernels (bf16 read as 32-bit words) and the package's
     RMSNorm kernel launched directly give the right answer beside the package (the interpreter
-    rounds the packed bf16 by truncation: within 2x)."""
-    rows = checked_rows("coop_packed.py", tmp_path / "packed.json", mode)
-    if mode == "all":
+    rounds the packed bf16 by truncation: within 2x); mode e16 measures ulps beside torch.softmax's."""
+    rows = checked_rows("coop_packed.py", tmp_path / "packed.json", mode, skip=lambda r: r["impl"] == "torch")
+    if mode == "e16":
+        assert {r["impl"] for r in rows} == {"torch", "tritonforge", "e16"}
+        # correctly rounded but for ties; e16 rounds twice (by truncation in the interpreter)
+        assert all(r["max_ulp"] < (3 if r["impl"] == "e16" else 0.51) for r in rows)
+    elif mode == "all":
         assert {(r["op"], r["impl"]) for r in rows} == {(op, i) for op in ("softmax", "softmax-bwd", "rmsnorm") for i in ("tritonforge", "packed")}
     else:
         assert {(r["dtype"], r["impl"], r.get("address_first")) for r in rows} >= {
             ("bfloat16", "packed", False), ("bfloat16", "packed", True), ("float32", "package kernel", False)}
+
+
+@pytest.mark.parametrize("mode", ["cooperative", "one-pass"])
+def test_coop_exp(tmp_path, mode):
+    """Toy rows of one chunk: the kernels with their exponential taken each way (but inline PTX)
+    give the right answer beside the package, with their ulps beside torch.softmax's."""
+    rows = checked_rows("coop_exp.py", tmp_path / "exp.json", mode, skip=lambda r: r["impl"] == "torch")
+    assert {r["exp"] for r in rows if r["impl"] == "variant"} == ({"exp", "sub", "fma"} if mode == "cooperative" else {"exp", "sub"})
+    assert all(r["max_ulp"] < 2 for r in rows if r["dtype"] == "bfloat16")
 
 
 @pytest.mark.parametrize("mode", ["all", "hold16"])
