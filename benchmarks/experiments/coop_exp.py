@@ -31,8 +31,13 @@ Mode ``one-pass`` (a second argument): the rows that fit one program, ``exp`` ag
 the package's one-pass kernels as each shape's plan launches them (the pipelined persistent kernel
 at 16-bit rows of 32K, a program per row below), beside the package.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_exp.py OUT.json [cooperative|one-pass]
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_exp.py OUT.json [cooperative|one-pass]
+Mode ``even``: the package's cooperative forward kernels themselves, softmax's and RMSNorm's, with
+and without their masks (``EVEN_N``: the row a multiple of the chunk, as every row of 64K-256K is):
+a masked load of a chunk first fills its registers with the ``other`` value (a ``CS2R`` or ``MOV``
+each) and compares every column with N.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_exp.py OUT.json [cooperative|one-pass|even]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_exp.py OUT.json [cooperative|one-pass|even]
 (in the toy run a row is one chunk, and ``ftz`` does not run: the interpreter has no inline PTX)
 """
 
@@ -142,6 +147,38 @@ def one_pass_call(x, y, exp, plan, info):
     return call
 
 
+def package_even_call(op, args, even, info):
+    """Mode ``even``: the package's own cooperative forward kernel (softmax or RMSNorm), launched as
+    its launcher does, with its ``EVEN_N`` knob (no masks: N a multiple of the chunk) set to ``even``."""
+    from tritonforge.kernel_utils import acc_dtype, split_float
+    from tritonforge.ops import rmsnorm, softmax
+
+    x, y = args[0], args[-1]
+    m, n = x.shape
+    # the package's chunks (a toy row is one chunk of 256)
+    chunk = toy(softmax.plan(m, n, x.dtype, x.device).chunk if op == "softmax" else rmsnorm.fwd_coop_chunk(x.dtype), 256)
+    splits, warps = triton.cdiv(n, chunk), toy(COOP_WARPS, 1)
+    parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
+    p2 = triton.next_power_of_2(splits)
+
+    def call():
+        if op == "softmax":
+            k = softmax._softmax_coop_kernel[(m * splits,)](x, y, *parts, coop_counters(m, x.device), x.stride(0), n, SPLITS=splits, CHUNK=chunk,
+                                                            SPLITS_P2=p2, ACC_DTYPE=acc_dtype(x.dtype), ROUND_BF16=round_bf16_by_hand(x.dtype),
+                                                            EVEN_N=even, num_warps=warps)  # fmt: skip
+        else:
+            eps_hi, eps_lo = split_float(1e-6)
+            k = rmsnorm._rms_norm_fwd_coop_kernel[(m * splits,)](
+                x, args[1], y, y, x.stride(0), y.stride(0), n, eps_hi, eps_lo, parts[0], coop_counters(m, x.device), SPLITS=splits, CHUNK=chunk,
+                SPLITS_P2=p2, ACC_DTYPE=acc_dtype(x.dtype), ROUND_BF16=round_bf16_by_hand(x.dtype), STORE_RSTD=False,
+                KEEP16=x.dtype == torch.bfloat16, EVEN_N=even, num_warps=warps)  # fmt: skip
+        if not info and k is not None and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills, **sass_profile(k))
+        return y
+
+    return call
+
+
 def sass_profile(kernel) -> dict:
     """The compiled kernel's SASS instruction count and its ten most frequent opcodes (empty where
     the toolchain gives no SASS, e.g. the interpreter)."""
@@ -183,8 +220,12 @@ def ulp_stats(got: torch.Tensor, ref: torch.Tensor) -> dict:
 
 
 MODE = sys.argv[2] if len(sys.argv) > 2 else "cooperative"
-if MODE not in ("cooperative", "one-pass"):
-    sys.exit(f"mode {MODE!r}: cooperative (default) or one-pass")
+if MODE not in ("cooperative", "one-pass", "even"):
+    sys.exit(f"mode {MODE!r}: cooperative (default), one-pass or even")
+EVEN_CASES = toy([("softmax", 4096, 131072), ("softmax", 512, 131072), ("softmax", 64, 131072), ("softmax", 64, 262144),
+                  ("rmsnorm", 4096, 65536), ("rmsnorm", 2048, 131072), ("rmsnorm", 64, 131072)],
+                 [("softmax", 3, 256), ("rmsnorm", 3, 256)])  # fmt: skip
+"""Mode ``even``: (op, rows, row length), bf16 and float32 each."""
 ONE_PASS_CASES = toy([(16384, 32768, torch.bfloat16), (16384, 32768, torch.float16), (8192, 32768, torch.bfloat16),
                       (16384, 16384, torch.bfloat16), (16384, 4096, torch.bfloat16), (16384, 32768, torch.float32)],
                      [(5, 200, torch.bfloat16), (3, 256, torch.float32)])  # fmt: skip
@@ -232,5 +273,20 @@ def run_one_pass():
         smoke.save_rows(sys.argv[1], copy, results)
 
 
-run_cooperative() if MODE == "cooperative" else run_one_pass()
+def run_even():
+    for op, m, n in EVEN_CASES:
+        for dtype in DTYPES:
+            case = smoke.op_case(op, m, n, dtype)
+            args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
+            base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
+            results.append(smoke.checked_row({**base, "impl": "tritonforge"}, case["package"], ref, nbytes, copy["gbps"]))
+            for even in (False, True):
+                info = {}
+                row = smoke.checked_row({**base, "impl": "package kernel", "even_n": even}, package_even_call(op, args, even, info), ref,
+                                        nbytes, copy["gbps"])  # fmt: skip
+                results.append({**row, **info})
+            smoke.save_rows(sys.argv[1], copy, results)
+
+
+{"cooperative": run_cooperative, "one-pass": run_one_pass, "even": run_even}[MODE]()
 print("wrote", sys.argv[1])

@@ -213,6 +213,7 @@ def _rms_norm_fwd_coop_kernel(
     ROUND_BF16: tl.constexpr,
     STORE_RSTD: tl.constexpr,
     KEEP16: tl.constexpr,  # bf16 x: hold the 16-bit chunk across the barrier (kernel_utils.widen_bf16)
+    EVEN_N: tl.constexpr = False,  # N a multiple of CHUNK: no masks
 ):
     """Program (row, chunk) of a row too long for one program: the chunk's sum of squares, the
     row's barrier, the row's rstd from all partial sums (one fixed order: every program gets the
@@ -225,14 +226,14 @@ def _rms_norm_fwd_coop_kernel(
     row = (pid // SPLITS).to(tl.int64)
     split = pid % SPLITS
     cols = split * CHUNK + tl.arange(0, CHUNK)
-    mask = cols < N
-    x_in = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0)
+    mask = None if EVEN_N else cols < N
+    x_in = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=None if EVEN_N else 0.0)
     x = x_in.to(ACC_DTYPE)
     tl.store(part_ptr + row * SPLITS + split, tl.sum(x * x, axis=0))
     row_barrier(count_ptr + row, SPLITS)
     if KEEP16:
         x = widen_bf16(x_in)
-    w = tl.load(weight_ptr + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(ACC_DTYPE)
+    w = tl.load(weight_ptr + cols, mask=mask, other=None if EVEN_N else 0.0, eviction_policy="evict_last").to(ACC_DTYPE)
     parts = tl.arange(0, SPLITS_P2)
     sum_sq = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
     rstd = 1.0 / tl.sqrt(sum_sq / N + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE)))

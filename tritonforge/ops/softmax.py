@@ -355,6 +355,7 @@ def _softmax_coop_kernel(
     SPLITS_P2: tl.constexpr,  # next power of two of SPLITS (the merge's vector)
     ACC_DTYPE: tl.constexpr,
     ROUND_BF16: tl.constexpr,
+    EVEN_N: tl.constexpr = False,  # N a multiple of CHUNK: no masks
 ):
     """Program (row, chunk) of a cooperative row: the chunk's state, the row's barrier, the merge of
     every chunk's state (the same order in every program), then this chunk of y from registers:
@@ -366,8 +367,8 @@ def _softmax_coop_kernel(
     row = (pid // SPLITS).to(tl.int64)
     split = pid % SPLITS
     cols = split * CHUNK + tl.arange(0, CHUNK)
-    mask = cols < N
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(ACC_DTYPE)
+    mask = None if EVEN_N else cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=None if EVEN_N else -float("inf")).to(ACC_DTYPE)
     m = tl.max(x, axis=0)
     m_ref = tl.where(m == -float("inf"), 0.0, m)  # an all -inf chunk: (-inf, 0), e = 0
     e = exp_shifted(x, m_ref, y_ptr.dtype.element_ty)
