@@ -474,7 +474,7 @@ def test_gpu_backward_large(shape, dtype):
 @pytest.mark.parametrize(
     "shape,dtype",
     [((300, 40001), torch.bfloat16), ((150, 131075), torch.float32), ((64, 65536), torch.float16),
-     ((40, 20000), torch.float64)],
+     ((40, 20000), torch.float64), ((72, 49152), torch.bfloat16)],  # the last: three whole chunks, unmasked
     ids=str,
 )  # fmt: skip
 def test_gpu_cooperative_rows(shape, dtype):
@@ -508,6 +508,9 @@ def test_cooperative_path_only_for_rows_past_a_block(monkeypatch):
     finally:
         rms_norm_module._row_config_cached.cache_clear()
     from tritonforge.kernel_utils import coop_splits
+    # masks dropped only where measured to pay: bf16 rows of whole chunks
+    assert rms_norm_module.fwd_coop_unmasked(torch.bfloat16, 65536) and rms_norm_module.fwd_coop_unmasked(torch.bfloat16, 49152)
+    assert not rms_norm_module.fwd_coop_unmasked(torch.bfloat16, 40001) and not rms_norm_module.fwd_coop_unmasked(torch.float32, 65536)
 
     assert coop_splits(4096, 8192, torch.bfloat16, 132) == 0  # one chunk
     assert coop_splits(4096, 8193, torch.bfloat16, 132) == 2

@@ -151,6 +151,9 @@ def test_cooperative_plan_keeps_a_row_within_the_gpu():
     assert softmax_module._plan_cached(8, 131072, **sm90).strategy == "split"  # 128 programs < 132 SMs
     assert softmax_module._plan_cached(4096, 40 * 8192, **{**sm90, "sms": 40}).strategy == "cooperative"  # a T4
     assert softmax_module._plan_cached(4096, 41 * 8192, **{**sm90, "sms": 40}).strategy == "online"
+    # masks dropped only where measured to pay: float32 rows of whole chunks
+    assert softmax_module.coop_unmasked(torch.float32, 131072, 8192) and not softmax_module.coop_unmasked(torch.float32, 131073, 8192)
+    assert not softmax_module.coop_unmasked(torch.bfloat16, 131072, 8192)
 
 
 def _check_nan_rows(dtype, device):
@@ -306,7 +309,7 @@ def test_gpu_each_strategy_is_reached():
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,dtype", [((300, 40001), torch.bfloat16), ((150, 1000003), torch.float32),
                                          ((64, 131072), torch.float16), ((40, 20000), torch.float64),
-                                         ((96, 65538), torch.bfloat16)], ids=str)  # fmt: skip
+                                         ((96, 65538), torch.bfloat16), ((72, 49152), torch.float32)], ids=str)  # fmt: skip
 def test_gpu_cooperative_rows(shape, dtype):
     """Rows held by several programs that meet at a per-row barrier (chunk counts that are not a
     power of two included): y and dx within budget, a row strided inside a wider tensor, and

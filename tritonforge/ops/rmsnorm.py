@@ -440,6 +440,14 @@ def fwd_coop_chunk(dtype: torch.dtype) -> int:
     return 2 * coop_chunk(dtype) if dtype == torch.bfloat16 else coop_chunk(dtype)
 
 
+def fwd_coop_unmasked(dtype: torch.dtype, N: int) -> bool:
+    """Whether the cooperative forward drops its masks (``EVEN_N``): bf16 rows a whole number of
+    chunks. H200 (benchmarks/experiments/coop-exp-even-nvidia-h200-2026-12-02.json): bf16 74 -> 70
+    registers, 64 x 131072 11.7 -> 11.3 us, 4096 x 65536 293.1 -> 292.1; float32 lost (60 -> 72
+    registers, 564.3 -> 585.0 at 4096 x 65536)."""
+    return dtype == torch.bfloat16 and N % fwd_coop_chunk(dtype) == 0
+
+
 def fwd_coop_splits(M: int, N: int, dtype: torch.dtype, device: torch.device) -> int:
     """Programs per row of the forward's cooperative path (``kernel_utils.coop_splits``), 0 where
     it does not run: rows that fit one program's block take one pass (or the measured two-pass
@@ -538,7 +546,8 @@ def rms_norm_fwd(
             x_rows, weight, y_rows, rstd if save_rstd else y_rows, x_rows.stride(0), y_rows.stride(0), N, eps_hi, eps_lo,
             _empty(M, splits, dtype=acc_torch_dtype(x.dtype), device=x.device), coop_counters(M, x.device), SPLITS=splits,
             CHUNK=fwd_coop_chunk(x.dtype), SPLITS_P2=triton.next_power_of_2(splits), ACC_DTYPE=acc_dtype(x.dtype),
-            ROUND_BF16=round_bf16_by_hand(x.dtype), STORE_RSTD=save_rstd, KEEP16=x.dtype == torch.bfloat16, num_warps=COOP_WARPS,
+            ROUND_BF16=round_bf16_by_hand(x.dtype), STORE_RSTD=save_rstd, KEEP16=x.dtype == torch.bfloat16,
+            EVEN_N=fwd_coop_unmasked(x.dtype, N), num_warps=COOP_WARPS,
         )  # fmt: skip
         return y, rstd
     _rms_norm_fwd_kernel[(M,)](
