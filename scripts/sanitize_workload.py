@@ -252,6 +252,7 @@ def _(c: Case) -> None:
     # rmsnorm.fwd_coop_chunk): several programs per row meet at a barrier.
     run_rms_norm(c, pick(40, 20), pick(65536, 300), BF16, expected="fwd cooperative x4, bwd loop")
     run_rms_norm(c, pick(24, 3), pick(50000, 130), FP32, expected="fwd cooperative x7, bwd loop")  # a ragged last chunk
+    run_rms_norm(c, pick(48, 3), pick(49152, 128), BF16, expected="fwd cooperative x3, bwd loop")  # whole chunks: no masks (EVEN_N)
 
 
 @case("rms_norm/long-rows-few")
@@ -375,6 +376,7 @@ def _(c: Case) -> None:
     # even length: the backward reads them as 32-bit words (_softmax_bwd_coop_packed_kernel); float32 not.
     run_softmax(c, pick(24, 8), pick(100000, 100), BF16, expected="cooperative x13")
     run_softmax(c, pick(300, 9), pick(40000, 90), FP32, expected="cooperative x5", masked=True)  # more programs than fit at once
+    run_softmax(c, pick(24, 8), pick(65536, 128), FP32, expected="cooperative x8", masked=True)  # whole chunks: no masks (EVEN_N)
 
 
 @case("softmax/split")
