@@ -52,10 +52,10 @@ def exp_shifted(
     element; for 16-bit ``DTYPE`` this takes ``tl.exp2`` of the same product instead
     (``ex2.approx.ftz.f32``): the same rounding, but an ``e`` below 2^-126 flushes to zero. No fp16
     result is that small; a bf16 one below 2^-126 (1.2e-38, a bf16 subnormal) becomes 0. A bf16
-    program is short of instructions, not bytes (half the bytes a float32 one moves for the same
-    work): H200, the cooperative softmax 568 -> 464 SASS instructions a program of 8192, bf16
-    4096 x 131072 655.2 -> 639.3 us, 64 x 262144 26.5 -> 25.2 (benchmarks/experiments/coop-exp-nvidia-h200-2026-12-02.json);
-    float32 lost (1091.4 -> 1112.9) and keeps ``tl.exp``.
+    program issues the instructions a float32 one does for half the bytes, so they count: H200,
+    Triton 3.6, the cooperative softmax 576 -> 480 SASS instructions a program of 8192, bf16
+    4096 x 131072 654.7 -> 634.8 us, 64 x 262144 26.1 -> 25.2 (benchmarks/experiments/coop-exp-nvidia-h200-2026-12-02.json);
+    float32 lost (1084.2 -> 1104.6) and keeps ``tl.exp``.
     Not ``x * log2(e) - m * log2(e)`` in one multiply-add: the rounded ``m * log2(e)`` would put
     an error of |m| 2^-24 in every exponent."""
     if DTYPE.primitive_bitwidth == 16:
