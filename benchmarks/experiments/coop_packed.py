@@ -73,8 +73,9 @@ def _words(ptr, row, stride, NW, split, WORDS: tl.constexpr, other):
 
 
 @triton.jit
-def _softmax_packed_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stride, NW, SPLITS: tl.constexpr, WORDS: tl.constexpr,
-                           SPLITS_P2: tl.constexpr, LAUNDER: tl.constexpr):  # fmt: skip
+def _softmax_chunk(x_ptr, stride, NW, SPLITS: tl.constexpr, WORDS: tl.constexpr):
+    """A softmax program's row, chunk, words (masked words: two -inf), their halves, the chunk's
+    max and the max to subtract (0 for an all -inf chunk)."""
     pid = tl.program_id(0)
     row = (pid // SPLITS).to(tl.int64)
     split = pid % SPLITS
@@ -82,7 +83,13 @@ def _softmax_packed_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stri
     lo = bf16_pair_lo(w)
     hi = bf16_pair_hi(w)
     m = tl.maximum(tl.max(lo, axis=0), tl.max(hi, axis=0))
-    m_ref = tl.where(m == -float("inf"), 0.0, m)
+    return row, split, w, idx, mask, lo, hi, m, tl.where(m == -float("inf"), 0.0, m)
+
+
+@triton.jit
+def _softmax_packed_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stride, NW, SPLITS: tl.constexpr, WORDS: tl.constexpr,
+                           SPLITS_P2: tl.constexpr, LAUNDER: tl.constexpr):  # fmt: skip
+    row, split, w, idx, mask, lo, hi, m, m_ref = _softmax_chunk(x_ptr, stride, NW, SPLITS, WORDS)
     tl.store(part_m_ptr + row * SPLITS + split, m)
     tl.store(part_s_ptr + row * SPLITS + split, tl.sum(tl.exp(lo - m_ref), axis=0) + tl.sum(tl.exp(hi - m_ref), axis=0))
     row_barrier(count_ptr + row, SPLITS)
@@ -111,14 +118,7 @@ def _softmax_e16_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stride,
     """Mode e16: the chunk's exponentials ``e = exp(x - m)`` (the sum taken in float32) rounded to
     bf16 and held as packed words across the wait, scaled after it: one exponential an element and
     16 bits held, but y rounds twice (e, then y)."""
-    pid = tl.program_id(0)
-    row = (pid // SPLITS).to(tl.int64)
-    split = pid % SPLITS
-    w, idx, mask = _words(x_ptr, row, stride, NW, split, WORDS, NEG_INF_PAIR)
-    lo = bf16_pair_lo(w)
-    hi = bf16_pair_hi(w)
-    m = tl.maximum(tl.max(lo, axis=0), tl.max(hi, axis=0))
-    m_ref = tl.where(m == -float("inf"), 0.0, m)
+    row, split, w, idx, mask, lo, hi, m, m_ref = _softmax_chunk(x_ptr, stride, NW, SPLITS, WORDS)
     e_lo = tl.exp(lo - m_ref)
     e_hi = tl.exp(hi - m_ref)
     ew = _pack_e(e_lo, e_hi, LAUNDER)
