@@ -49,7 +49,7 @@ import torch
 
 import smoke  # first: imports tritonforge before triton
 from smoke import toy
-from tritonforge.kernel_utils import COOP_WARPS, coop_counters, round_bf16_by_hand, row_barrier
+from tritonforge.kernel_utils import COOP_WARPS, cast_for_store, coop_counters, round_bf16_by_hand, row_barrier
 
 import triton
 import triton.language as tl
@@ -100,10 +100,7 @@ def _coop_exp_kernel(x_ptr, y_ptr, part_m_ptr, part_s_ptr, count_ptr, stride, N,
     m_row = tl.max(ms, axis=0)
     s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * _exp_of(ms, m_row, EXP)), axis=0)
     y = e * (_exp_of(m, m_row, EXP) / s_row)
-    if ROUND_BF16:  # the interpreter truncates float32 -> bf16: round by hand (kernel_utils.cast_for_store)
-        bits = y.to(tl.uint32, bitcast=True)
-        y = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
-    tl.store(y_ptr + row * N + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + row * N + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
 @triton.jit
@@ -127,10 +124,7 @@ def _row_exp(x_row, y_row, N, BLOCK_N: tl.constexpr, EXP: tl.constexpr, ROUND_BF
     x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(tl.float32)
     e = _exp_of(x, tl.max(x, axis=0), EXP)
     y = e * (1.0 / tl.sum(e, axis=0))
-    if ROUND_BF16:
-        bits = y.to(tl.uint32, bitcast=True)
-        y = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
-    tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=mask)
+    tl.store(y_row + cols, cast_for_store(y, y_row.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
 def one_pass_call(x, y, exp, plan, info):
@@ -208,17 +202,6 @@ def variant_call(x, y, exp, chunk, warps, info):
     return call
 
 
-def ulp_stats(got: torch.Tensor, ref: torch.Tensor) -> dict:
-    """Ulps of ``got``'s dtype against the float64 ``ref`` over the first rows, where ``ref`` is a
-    normal number of that dtype: the largest, and the share more than half an ulp off."""
-    bits = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}[got.dtype]  # stored mantissa bits
-    tiny = torch.finfo(got.dtype).tiny
-    got, ref = got[:64].double(), ref[:64]
-    ok = ref.abs() >= tiny
-    ulps = (got - ref).abs()[ok] / torch.exp2(torch.floor(torch.log2(ref.abs()[ok])) - bits)
-    return {"max_ulp": ulps.max().item(), "share_over_half_ulp": (ulps > 0.5 + 1e-9).double().mean().item()}
-
-
 MODE = sys.argv[2] if len(sys.argv) > 2 else "cooperative"
 if MODE not in ("cooperative", "one-pass", "even"):
     sys.exit(f"mode {MODE!r}: cooperative (default), one-pass or even")
@@ -244,14 +227,14 @@ def run_cooperative():
             case = smoke.op_case("softmax", m, n, dtype)
             (x, y), ref, nbytes = case["args"], case["ref"], case["nbytes"]
             base = {"op": "softmax", "shape": [m, n], "dtype": str(dtype)[6:]}
-            results.append({**base, "impl": "torch", **ulp_stats(torch.softmax(x, -1), ref)})
+            results.append({**base, "impl": "torch", **smoke.ulp_stats(torch.softmax(x, -1), ref)})
             row = smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"])
-            results.append({**row, **ulp_stats(case["package"](), ref)})
+            results.append({**row, **smoke.ulp_stats(case["package"](), ref)})
             for exp in EXPS:
                 info = {}
                 call = variant_call(x, y, exp, toy(8192, 256), toy(COOP_WARPS, 1), info)
                 row = smoke.checked_row({**base, "impl": "variant", "exp": exp}, call, ref, nbytes, copy["gbps"])
-                results.append({**row, **info, **({} if "error" in row else ulp_stats(call(), ref))})
+                results.append({**row, **info, **({} if "error" in row else smoke.ulp_stats(call(), ref))})
             smoke.save_rows(sys.argv[1], copy, results)
 
 
@@ -264,12 +247,12 @@ def run_one_pass():
         plan = softmax.plan(m, n, dtype, x.device)
         base = {"op": "softmax", "shape": [m, n], "dtype": str(dtype)[6:], "plan": list(plan)}
         row = smoke.checked_row({**base, "impl": "tritonforge"}, case["package"], ref, nbytes, copy["gbps"])
-        results.append({**row, **ulp_stats(case["package"](), ref)})
+        results.append({**row, **smoke.ulp_stats(case["package"](), ref)})
         for exp in ("exp", "sub"):
             info = {}
             call = one_pass_call(x, y, exp, plan, info)
             row = smoke.checked_row({**base, "impl": "variant", "exp": exp}, call, ref, nbytes, copy["gbps"])
-            results.append({**row, **info, **({} if "error" in row else ulp_stats(call(), ref))})
+            results.append({**row, **info, **({} if "error" in row else smoke.ulp_stats(call(), ref))})
         smoke.save_rows(sys.argv[1], copy, results)
 
 

@@ -297,30 +297,21 @@ E16_VARIANTS = toy([(8192, 8, True), (8192, 8, False), (16384, 8, True), (16384,
 passed through the opaque move after the wait)."""
 
 
-def ulp_stats(got: torch.Tensor, ref: torch.Tensor) -> dict:
-    """bf16 ulps of error against the float64 ``ref`` over its first rows, where ``ref`` is a
-    normal bf16 number: the largest, and the share of elements not correctly rounded (> 0.5 ulp)."""
-    got, ref = got[:64].double(), ref[:64]
-    ok = ref.abs() >= 2.0**-126
-    ulps = (got - ref).abs()[ok] / torch.exp2(torch.floor(torch.log2(ref.abs()[ok])) - 7)
-    return {"max_ulp": ulps.max().item(), "share_over_half_ulp": (ulps > 0.5 + 1e-9).double().mean().item()}
-
-
 def run_e16():
     for m, n in E16_CASES:
         case = smoke.op_case("softmax", m, n, torch.bfloat16)
         args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
         base = {"op": "softmax", "shape": [m, n], "dtype": "bfloat16"}
         x = args[0]
-        results.append({**base, "impl": "torch", **ulp_stats(torch.softmax(x, -1), ref)})
+        results.append({**base, "impl": "torch", **smoke.ulp_stats(torch.softmax(x, -1), ref)})
         results.append({**smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"]),
-                        **ulp_stats(case["package"](), ref)})  # fmt: skip
+                        **smoke.ulp_stats(case["package"](), ref)})  # fmt: skip
         for chunk, warps, launder in E16_VARIANTS:
             info = {}
             row = {**base, "impl": "e16", "chunk": chunk, "warps": warps, "launder": launder and not SMOKE}
             call = packed_call("softmax-e16", args, chunk, warps, launder and not SMOKE, info)
             row = smoke.checked_row(row, call, ref, nbytes, copy["gbps"])
-            results.append({**row, **info, **({} if "error" in row else ulp_stats(call(), ref))})
+            results.append({**row, **info, **({} if "error" in row else smoke.ulp_stats(call(), ref))})
         smoke.save_rows(sys.argv[1], copy, results)
 
 

@@ -153,3 +153,14 @@ def op_case(op: str, m: int, n: int, dtype: torch.dtype) -> dict:
     w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(dtype)
     return {"args": (x, w, out), "package": lambda: tfg.rms_norm(x, w, 1e-6), "ref": reference.rms_norm_ref(x, w, 1e-6, upcast=True),
             "nbytes": 2 * m * n * x.element_size(), "plan": None}  # fmt: skip
+
+
+def ulp_stats(got: torch.Tensor, ref: torch.Tensor) -> dict:
+    """Ulps of ``got``'s dtype against the float64 ``ref`` over the first rows, where ``ref`` is a
+    normal number of that dtype: the largest, and the share more than half an ulp off."""
+    bits = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}[got.dtype]  # stored mantissa bits
+    tiny = torch.finfo(got.dtype).tiny
+    got, ref = got[:64].double(), ref[:64]
+    ok = ref.abs() >= tiny
+    ulps = (got - ref).abs()[ok] / torch.exp2(torch.floor(torch.log2(ref.abs()[ok])) - bits)
+    return {"max_ulp": ulps.max().item(), "share_over_half_ulp": (ulps > 0.5 + 1e-9).double().mean().item()}
