@@ -35,6 +35,7 @@ EXPERIMENTS = REPO / "benchmarks" / "experiments"
 KEPT = {
     "attention_tiles.py",
     "coop_exp.py",
+    "coop_floor.py",
     "coop_packed.py",
     "coop_publish.py",
     "coop_registers.py",
@@ -285,6 +286,20 @@ def test_coop_exp(tmp_path, mode):
     rows = checked_rows("coop_exp.py", tmp_path / "exp.json", mode, skip=lambda r: r["impl"] == "torch")
     assert {r["exp"] for r in rows if r["impl"] == "variant"} == ({"exp", "sub", "fma"} if mode == "cooperative" else {"exp", "sub"})
     assert all(r["max_ulp"] < 2 for r in rows if r["dtype"] == "bfloat16")
+
+
+@pytest.mark.parametrize("mode", ["floor", "chunks"])
+def test_coop_floor(tmp_path, mode):
+    """Toy rows of one chunk: the copies give x back, the softmax kernels (with and without the
+    counting-out barrier) the right answer, and the kept counters are zero again after the calls."""
+    rows = checked_rows("coop_floor.py", tmp_path / "floor.json", mode, skip=lambda r: r["impl"] == "memset")
+    impls = {r["impl"] for r in rows}
+    if mode == "floor":
+        assert impls == {"same-size copy", "chunk copy", "barrier copy", "barrier copy, reset", "softmax", "softmax, reset", "tritonforge", "memset"}
+        assert all(r["counters_zero"] for r in rows if "reset" in r["impl"])
+        assert all(r["err"] == 0 for r in rows if "copy" in r["impl"])
+    else:
+        assert impls == {"tritonforge", "package kernel"}
 
 
 @pytest.mark.parametrize("mode", ["all", "hold16"])

@@ -128,6 +128,7 @@ COOP_MAX_SPLITS = 128
 def row_barrier(
     count_ptr,  # *int32: the row's arrival counter, zero before the launch
     SPLITS,  # programs of the row
+    RESET: tl.constexpr = False,  # count out again after the wait; the last one out zeroes the counter
 ):
     """Arrive at the row's counter, then wait until all ``SPLITS`` programs of the row have.
 
@@ -137,10 +138,17 @@ def row_barrier(
     resident together: they are consecutive program ids, the GPU dispatches in order, and a row is
     far fewer programs than the GPU holds at once (the forward-progress assumption of decoupled
     look-back scans). Never on the interpreter: it runs programs one after another, and the first
-    would wait forever."""
+    would wait forever.
+
+    ``RESET``: each program counts out again after its wait, and the last one out sets the counter
+    back to zero, so that counters kept between launches need no memset (an experiment:
+    ``benchmarks/experiments/coop_floor.py``)."""
     tl.atomic_add(count_ptr, 1, sem="release")
     while tl.atomic_add(count_ptr, 0, sem="acquire") < SPLITS:
         pass
+    if RESET:  # the counter reaches 2 SPLITS only when every program of the row has left the spin
+        if tl.atomic_add(count_ptr, 1, sem="relaxed") == 2 * SPLITS - 1:
+            tl.atomic_xchg(count_ptr, 0, sem="relaxed")
 
 
 def coop_splits(M: int, N: int, dtype: torch.dtype, sms: Optional[int], chunk: Optional[int] = None) -> int:

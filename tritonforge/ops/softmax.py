@@ -359,6 +359,7 @@ def _softmax_coop_kernel(
     ACC_DTYPE: tl.constexpr,
     ROUND_BF16: tl.constexpr,
     EVEN_N: tl.constexpr = False,  # N a multiple of CHUNK: no masks
+    RESET: tl.constexpr = False,  # row_barrier's RESET (counters kept between launches)
 ):
     """Program (row, chunk) of a cooperative row: the chunk's state, the row's barrier, the merge of
     every chunk's state (the same order in every program), then this chunk of y from registers:
@@ -377,7 +378,7 @@ def _softmax_coop_kernel(
     e = exp_shifted(x, m_ref, y_ptr.dtype.element_ty)
     tl.store(part_m_ptr + row * SPLITS + split, m)
     tl.store(part_s_ptr + row * SPLITS + split, tl.sum(e, axis=0))
-    row_barrier(count_ptr + row, SPLITS)
+    row_barrier(count_ptr + row, SPLITS, RESET)
     parts = tl.arange(0, SPLITS_P2)
     ms = tl.load(part_m_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"), volatile=True)
     ss = tl.load(part_s_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True)

@@ -1,0 +1,166 @@
+"""What does a cooperative row cost before any softmax is computed: the counters' memset, the
+barrier, and reading a whole row before writing any of it?
+
+Issue 13 asks a softmax over 64 rows of 128K-256K for 0.85 of a same-size copy. The package's
+cooperative forward makes 0.47 (bf16) / 0.76 (float32) there, and 0.79 / 0.94 at 4096 rows of 128K
+(`same-size-copy-nvidia-h200-2026-12-02.json`). Part of any such kernel is not softmax at all: a
+memset zeroes the rows' arrival counters before every launch (a graph node of its own), and each
+program must wait for every program of its row before it writes. This script times that part
+alone, with the package's chunks and warps, at each shape (device time: CUDA-graph replay, median):
+
+- ``same-size copy``: ``torch.mul(x, 1, out=y)`` (the fastest copy of `same_size_copy.py` at these sizes);
+- ``chunk copy``: a program per (row, chunk) loads its chunk and stores it: the cooperative grid, no barrier;
+- ``barrier copy``: the same, with ``kernel_utils.row_barrier`` between the load and the store (and
+  a partial statistic published before it, as the softmax does), counters zeroed by a memset per call;
+- ``barrier copy, reset``: the same barrier with ``RESET`` (each program counts out again and the last
+  one zeroes the counter), the counters kept between calls: no memset;
+- ``softmax`` / ``softmax, reset``: the package's ``softmax._softmax_coop_kernel`` launched as its
+  launcher does, with a memset per call or with ``RESET`` and kept counters;
+- ``tritonforge``: ``tfg.softmax``;
+- ``memset``: ``kernel_utils.coop_counters(M)`` alone.
+
+RMSNorm's cooperative chunks (16384 elements in bf16) get the copy rows at its shapes. Every copy is
+checked against x and every softmax against float64 before it is timed; after the timing, the kept
+counters must all be zero again (``counters_zero``). ``of_same_copy`` = the same-size copy's time /
+the row's time.
+
+Mode ``chunks`` (a second argument): the package's cooperative softmax forward at other chunks and
+warps (``CHUNKS``), at the softmax shapes.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks] (a row is one chunk)
+"""
+
+import sys
+
+import torch
+
+import smoke  # first: imports tritonforge before triton
+import tritonforge as tfg
+from smoke import toy
+from tritonforge import reference
+from tritonforge.kernel_utils import COOP_WARPS, acc_dtype, coop_counters, round_bf16_by_hand, row_barrier
+from tritonforge.ops import rmsnorm, softmax
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _chunk_copy_kernel(x_ptr, y_ptr, part_ptr, count_ptr, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr, BARRIER: tl.constexpr,
+                       RESET: tl.constexpr):  # fmt: skip
+    """Program (row, chunk): load the chunk, (publish its max and meet the row's programs at the
+    barrier,) store it."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * N + cols, mask=mask)
+    if BARRIER:
+        tl.store(part_ptr + row * SPLITS + split, tl.max(x.to(tl.float32), axis=0))
+        row_barrier(count_ptr + row, SPLITS, RESET)
+    tl.store(y_ptr + row * N + cols, x, mask=mask)
+
+
+def copy_call(x, y, chunk, barrier, reset, kept):
+    m, n = x.shape
+    splits = triton.cdiv(n, chunk)
+    part = torch.empty(m, splits, device=x.device, dtype=torch.float32)
+
+    def call():
+        counters = kept if reset else coop_counters(m, x.device)
+        _chunk_copy_kernel[(m * splits,)](x, y, part, counters, n, SPLITS=splits, CHUNK=chunk, BARRIER=barrier, RESET=reset,
+                                          num_warps=toy(COOP_WARPS, 1))  # fmt: skip
+        return y
+
+    return call
+
+
+def softmax_call(x, y, reset, kept, chunk=None, warps=COOP_WARPS):
+    """The package's cooperative forward as ``softmax.softmax_fwd`` launches it (a toy row: one
+    chunk), or with another ``chunk`` and ``warps`` (mode ``chunks``)."""
+    m, n = x.shape
+    chunk = toy(chunk or softmax.plan(m, n, x.dtype, x.device).chunk, 256)
+    splits = triton.cdiv(n, chunk)
+    parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
+
+    def call():
+        counters = kept if reset else coop_counters(m, x.device)
+        softmax._softmax_coop_kernel[(m * splits,)](x, y, *parts, counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk,
+                                                    SPLITS_P2=triton.next_power_of_2(splits), ACC_DTYPE=acc_dtype(x.dtype),
+                                                    ROUND_BF16=round_bf16_by_hand(x.dtype), EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk),
+                                                    RESET=reset, num_warps=toy(warps, 1))  # fmt: skip
+        return y
+
+    return call
+
+
+MODE = sys.argv[2] if len(sys.argv) > 2 else "floor"
+if MODE not in ("floor", "chunks"):
+    sys.exit(f"mode {MODE!r}: floor (default) or chunks")
+CHUNKS = toy([(4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16)], [(256, 1)])
+"""Mode ``chunks``: (chunk, warps) of the package's cooperative softmax forward. The package's 8192
+with 8 warps was chosen in `long_rows.py` (2026-11-30) with ``tl.exp`` and x held across the wait;
+the kernel now holds its exponentials and takes ``exp2`` in 16 bits (fewer instructions an element)."""
+CASES = toy([("softmax", 4096, 131072), ("softmax", 512, 131072), ("softmax", 64, 131072), ("softmax", 64, 262144),
+             ("rmsnorm", 4096, 65536), ("rmsnorm", 64, 131072)], [("softmax", 3, 256), ("rmsnorm", 3, 256)])  # fmt: skip
+"""(whose chunks, rows, row length); bf16 and float32 each."""
+DTYPES = (torch.bfloat16, torch.float32)
+
+copy = smoke.copy_ceiling()
+print("copy GB/s", round(copy["gbps"], 1), flush=True)
+results = []
+
+
+def run_chunks():
+    for op, m, n in CASES:
+        if op != "softmax":
+            continue
+        for dtype in DTYPES:
+            case = smoke.op_case("softmax", m, n, dtype)
+            (x, y), ref, nbytes = case["args"], case["ref"], case["nbytes"]
+            base = {"op": "softmax", "shape": [m, n], "dtype": str(dtype)[6:]}
+            results.append(smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"]))
+            for chunk, warps in CHUNKS:
+                if toy(triton.cdiv(n, chunk) > 1, True):  # a cooperative row: two chunks or more (a toy row: one)
+                    row = smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps},
+                                            softmax_call(x, y, False, None, chunk, warps), ref, nbytes, copy["gbps"])  # fmt: skip
+                    results.append(row)
+            smoke.save_rows(sys.argv[1], copy, results)
+    print("wrote", sys.argv[1])
+
+
+if MODE == "chunks":
+    run_chunks()
+    sys.exit(0)
+for op, m, n in CASES:
+    for dtype in DTYPES:
+        x = (4 * torch.randn(m, n, device=smoke.DEVICE)).to(dtype)
+        y = torch.empty_like(x)
+        kept = coop_counters(m, x.device)
+        nbytes = 2 * x.numel() * x.element_size()
+        chunk = toy(softmax.plan(m, n, dtype, x.device).chunk if op == "softmax" else rmsnorm.fwd_coop_chunk(dtype), 256)
+        base = {"chunks_of": op, "shape": [m, n], "dtype": str(dtype)[6:], "chunk": chunk}
+        rows = [smoke.checked_row({**base, "impl": "same-size copy"}, lambda: torch.mul(x, 1, out=y), x.double(), nbytes, copy["gbps"])]
+        for name, barrier, reset in (("chunk copy", False, False), ("barrier copy", True, False), ("barrier copy, reset", True, True)):
+            rows.append(smoke.checked_row({**base, "impl": name}, copy_call(x, y, chunk, barrier, reset, kept), x.double(), nbytes, copy["gbps"]))
+        if op == "softmax":
+            ref = reference.softmax_ref(x, upcast=True)
+            for name, reset in (("softmax", False), ("softmax, reset", True)):
+                rows.append(smoke.checked_row({**base, "impl": name}, softmax_call(x, y, reset, kept), ref, nbytes, copy["gbps"]))
+            rows.append(smoke.checked_row({**base, "impl": "tritonforge", "plan": list(softmax.plan(m, n, dtype, x.device))},
+                                          lambda: tfg.softmax(x), ref, nbytes, copy["gbps"]))  # fmt: skip
+        memset = {**base, "impl": "memset", "device_us": smoke.device_us(lambda: coop_counters(m, x.device))}
+        print(memset, flush=True)
+        rows.append(memset)
+        smoke.synchronize()
+        zero = bool((kept == 0).all())
+        for row in rows:
+            if "reset" in row["impl"]:
+                row["counters_zero"] = zero
+            if "device_us" in row and "device_us" in rows[0] and row is not memset:
+                row["of_same_copy"] = rows[0]["device_us"] / row["device_us"]
+        results.extend(rows)
+        smoke.save_rows(sys.argv[1], copy, results)
+print("wrote", sys.argv[1])
