@@ -60,6 +60,7 @@ RETIRED = {  # script -> the recorded output it leaves behind
     "launch_layers.py": "launch-layers-nvidia-h200-2026-11-30.json",
 }
 DELIBERATE_KERNELS = {"_rms_norm_fwd_kernel", "_rms_norm_bwd_kernel", "_softmax_fwd_kernel", "_softmax_coop_kernel", "_softmax_bwd_coop_kernel",
+                      "_softmax_bwd_coop_packed_kernel",
                       "_rms_norm_fwd_coop_kernel", "_online_state", "_write_softmax", "_softmax_split_state_kernel",
                       "_softmax_split_write_kernel", "_softmax_fwd_pipelined_kernel",
                       "_softmax_fwd_rows_kernel"}
@@ -299,7 +300,8 @@ def test_coop_floor(tmp_path, mode):
         assert all(r["counters_zero"] for r in rows if "reset" in r["impl"])
         assert all(r["err"] == 0 for r in rows if "copy" in r["impl"])
     else:
-        assert impls == {"tritonforge", "package kernel"}
+        assert impls == {"tritonforge", "package kernel", "barrier copy"}
+        assert {r["op"] for r in rows if r["impl"] == "package kernel"} == {"softmax", "softmax-bwd", "rmsnorm"}
 
 
 @pytest.mark.parametrize("mode", ["all", "hold16"])

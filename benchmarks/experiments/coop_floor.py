@@ -24,8 +24,9 @@ checked against x and every softmax against float64 before it is timed; after th
 counters must all be zero again (``counters_zero``). ``of_same_copy`` = the same-size copy's time /
 the row's time.
 
-Mode ``chunks`` (a second argument): the package's cooperative softmax forward at other chunks and
-warps (``CHUNKS``), at the softmax shapes.
+Mode ``chunks`` (a second argument): the package's cooperative kernels (softmax forward and
+backward, RMSNorm forward) at other chunks and warps (``CHUNKS``), each beside a barrier copy of the
+same chunks and warps, with the compiled kernels' registers.
 
 Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks]
 Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks] (a row is one chunk)
@@ -63,7 +64,7 @@ def _chunk_copy_kernel(x_ptr, y_ptr, part_ptr, count_ptr, N, SPLITS: tl.constexp
     tl.store(y_ptr + row * N + cols, x, mask=mask)
 
 
-def copy_call(x, y, chunk, barrier, reset, kept):
+def copy_call(x, y, chunk, barrier, reset, kept, warps=COOP_WARPS):
     m, n = x.shape
     splits = triton.cdiv(n, chunk)
     part = torch.empty(m, splits, device=x.device, dtype=torch.float32)
@@ -71,17 +72,16 @@ def copy_call(x, y, chunk, barrier, reset, kept):
     def call():
         counters = kept if reset else coop_counters(m, x.device)
         _chunk_copy_kernel[(m * splits,)](x, y, part, counters, n, SPLITS=splits, CHUNK=chunk, BARRIER=barrier, RESET=reset,
-                                          num_warps=toy(COOP_WARPS, 1))  # fmt: skip
+                                          num_warps=toy(warps, 1))  # fmt: skip
         return y
 
     return call
 
 
-def softmax_call(x, y, reset, kept, chunk=None, warps=COOP_WARPS):
-    """The package's cooperative forward as ``softmax.softmax_fwd`` launches it (a toy row: one
-    chunk), or with another ``chunk`` and ``warps`` (mode ``chunks``)."""
+def softmax_call(x, y, reset, kept):
+    """The package's cooperative forward as ``softmax.softmax_fwd`` launches it (a toy row: one chunk)."""
     m, n = x.shape
-    chunk = toy(chunk or softmax.plan(m, n, x.dtype, x.device).chunk, 256)
+    chunk = toy(softmax.plan(m, n, x.dtype, x.device).chunk, 256)
     splits = triton.cdiv(n, chunk)
     parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
 
@@ -90,7 +90,7 @@ def softmax_call(x, y, reset, kept, chunk=None, warps=COOP_WARPS):
         softmax._softmax_coop_kernel[(m * splits,)](x, y, *parts, counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk,
                                                     SPLITS_P2=triton.next_power_of_2(splits), ACC_DTYPE=acc_dtype(x.dtype),
                                                     ROUND_BF16=round_bf16_by_hand(x.dtype), EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk),
-                                                    RESET=reset, num_warps=toy(warps, 1))  # fmt: skip
+                                                    RESET=reset, num_warps=toy(COOP_WARPS, 1))  # fmt: skip
         return y
 
     return call
@@ -99,10 +99,14 @@ def softmax_call(x, y, reset, kept, chunk=None, warps=COOP_WARPS):
 MODE = sys.argv[2] if len(sys.argv) > 2 else "floor"
 if MODE not in ("floor", "chunks"):
     sys.exit(f"mode {MODE!r}: floor (default) or chunks")
-CHUNKS = toy([(4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16)], [(256, 1)])
-"""Mode ``chunks``: (chunk, warps) of the package's cooperative softmax forward. The package's 8192
-with 8 warps was chosen in `long_rows.py` (2026-11-30) with ``tl.exp`` and x held across the wait;
-the kernel now holds its exponentials and takes ``exp2`` in 16 bits (fewer instructions an element)."""
+CHUNKS = toy([(4096, 2), (8192, 2), (8192, 4), (8192, 8), (16384, 4), (16384, 8), (32768, 8), (32768, 16)], [(256, 1)])
+"""Mode ``chunks``: (chunk, warps) of the package's cooperative kernels. The package's 8192 with 8
+warps was chosen in `long_rows.py` (2026-11-30) with ``tl.exp`` and x held across the wait; the
+softmax now holds its exponentials and takes ``exp2`` in 16 bits (fewer instructions an element)."""
+CHUNK_CASES = toy([("softmax", 4096, 131072), ("softmax", 512, 131072), ("softmax", 64, 131072), ("softmax", 64, 262144),
+                   ("softmax-bwd", 4096, 131072), ("softmax-bwd", 64, 131072), ("softmax-bwd", 64, 262144),
+                   ("rmsnorm", 4096, 65536), ("rmsnorm", 2048, 131072), ("rmsnorm", 64, 131072)],
+                  [("softmax", 3, 256), ("softmax-bwd", 3, 256), ("rmsnorm", 3, 256)])  # fmt: skip
 CASES = toy([("softmax", 4096, 131072), ("softmax", 512, 131072), ("softmax", 64, 131072), ("softmax", 64, 262144),
              ("rmsnorm", 4096, 65536), ("rmsnorm", 64, 131072)], [("softmax", 3, 256), ("rmsnorm", 3, 256)])  # fmt: skip
 """(whose chunks, rows, row length); bf16 and float32 each."""
@@ -113,20 +117,63 @@ print("copy GB/s", round(copy["gbps"], 1), flush=True)
 results = []
 
 
+def package_call(op, args, chunk, warps, info):
+    """Mode ``chunks``: the package's cooperative kernel for ``op`` ("softmax", "softmax-bwd": the
+    packed kernel for bf16, "rmsnorm") launched as its launcher does, at ``chunk`` and ``warps``."""
+    from tritonforge.kernel_utils import packs_bf16_rows, split_float
+
+    x, out = args[0], args[-1]
+    m, n = x.shape
+    splits = triton.cdiv(n, chunk)
+    p2, acc, rounding = triton.next_power_of_2(splits), acc_dtype(x.dtype), round_bf16_by_hand(x.dtype)
+    parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
+
+    def call():
+        counters = coop_counters(m, x.device)
+        if op == "softmax":
+            k = softmax._softmax_coop_kernel[(m * splits,)](x, out, *parts, counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
+                                                            ACC_DTYPE=acc, ROUND_BF16=rounding, EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk),
+                                                            num_warps=warps)  # fmt: skip
+        elif op == "softmax-bwd" and toy(packs_bf16_rows(x, args[1]), False):  # (the packed kernel's inline PTX: not in the interpreter)
+            words = [t.view(torch.int32) for t in args]
+            k = softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*words, parts[0], counters, words[0].stride(0), n // 2,
+                                                                       SPLITS=splits, WORDS=chunk // 2, SPLITS_P2=p2, ROUND_BF16=rounding,
+                                                                       num_warps=warps)  # fmt: skip
+        elif op == "softmax-bwd":
+            k = softmax._softmax_bwd_coop_kernel[(m * splits,)](*args, parts[0], counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
+                                                                ACC_DTYPE=acc, ROUND_BF16=rounding, num_warps=warps)  # fmt: skip
+        else:
+            eps_hi, eps_lo = split_float(1e-6)
+            k = rmsnorm._rms_norm_fwd_coop_kernel[(m * splits,)](
+                x, args[1], out, out, x.stride(0), out.stride(0), n, eps_hi, eps_lo, parts[0], counters, SPLITS=splits, CHUNK=chunk,
+                SPLITS_P2=p2, ACC_DTYPE=acc, ROUND_BF16=rounding, STORE_RSTD=False, KEEP16=x.dtype == torch.bfloat16,
+                EVEN_N=rmsnorm.fwd_coop_unmasked(x.dtype, n) and n % chunk == 0, num_warps=warps)  # fmt: skip
+        if not info and k is not None and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+        return out
+
+    return call
+
+
 def run_chunks():
-    for op, m, n in CASES:
-        if op != "softmax":
-            continue
+    for op, m, n in CHUNK_CASES:
         for dtype in DTYPES:
-            case = smoke.op_case("softmax", m, n, dtype)
-            (x, y), ref, nbytes = case["args"], case["ref"], case["nbytes"]
-            base = {"op": "softmax", "shape": [m, n], "dtype": str(dtype)[6:]}
+            case = smoke.op_case(op, m, n, dtype)
+            args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
+            x = args[0]
+            base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
             results.append(smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"]))
             for chunk, warps in CHUNKS:
-                if toy(triton.cdiv(n, chunk) > 1, True):  # a cooperative row: two chunks or more (a toy row: one)
-                    row = smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps},
-                                            softmax_call(x, y, False, None, chunk, warps), ref, nbytes, copy["gbps"])  # fmt: skip
-                    results.append(row)
+                if not toy(1 < triton.cdiv(n, chunk) <= 128, True):  # a cooperative row: two chunks or more (a toy row: one)
+                    continue
+                info = {}
+                row = smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps},
+                                        package_call(op, args, chunk, warps, info), ref, nbytes, copy["gbps"])  # fmt: skip
+                results.append({**row, **info})
+                if op != "softmax-bwd":
+                    y = torch.empty_like(x)
+                    results.append(smoke.checked_row({**base, "impl": "barrier copy", "chunk": chunk, "warps": warps},
+                                                     copy_call(x, y, chunk, True, False, None, warps), x.double(), nbytes, copy["gbps"]))  # fmt: skip
             smoke.save_rows(sys.argv[1], copy, results)
     print("wrote", sys.argv[1])
 
