@@ -28,8 +28,11 @@ Mode ``chunks`` (a second argument): the package's cooperative kernels (softmax 
 backward, RMSNorm forward) at other chunks and warps (``CHUNKS``), each beside a barrier copy of the
 same chunks and warps, with the compiled kernels' registers.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks]
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks] (a row is one chunk)
+Mode ``rows2``: RMSNorm's cooperative forward with each program holding the same chunk of two rows,
+so that one load of the weight's chunk after the wait serves both rows (``_rms_norm_rows2_kernel``).
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks|rows2]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks|rows2] (a row is one chunk)
 """
 
 import sys
@@ -40,7 +43,7 @@ import smoke  # first: imports tritonforge before triton
 import tritonforge as tfg
 from smoke import toy
 from tritonforge import reference
-from tritonforge.kernel_utils import COOP_WARPS, acc_dtype, coop_counters, round_bf16_by_hand, row_barrier
+from tritonforge.kernel_utils import COOP_WARPS, acc_dtype, cast_for_store, coop_counters, round_bf16_by_hand, row_barrier, split_float, widen_bf16
 from tritonforge.ops import rmsnorm, softmax
 
 import triton
@@ -62,6 +65,69 @@ def _chunk_copy_kernel(x_ptr, y_ptr, part_ptr, count_ptr, N, SPLITS: tl.constexp
         tl.store(part_ptr + row * SPLITS + split, tl.max(x.to(tl.float32), axis=0))
         row_barrier(count_ptr + row, SPLITS, RESET)
     tl.store(y_ptr + row * N + cols, x, mask=mask)
+
+
+@triton.jit
+def _rms_norm_rows2_kernel(x_ptr, w_ptr, y_ptr, stride, M, N, eps_hi, eps_lo, part_ptr, count_ptr, SPLITS: tl.constexpr, CHUNK: tl.constexpr,
+                           SPLITS_P2: tl.constexpr, ROUND_BF16: tl.constexpr, KEEP16: tl.constexpr):  # fmt: skip
+    """Mode ``rows2``: the package's ``rmsnorm._rms_norm_fwd_coop_kernel`` with each program holding
+    the same chunk of two rows, so that the weight's chunk, loaded after the wait, serves both (the
+    package's programs read the weight once a row, from L2: as many bytes as x). One counter a pair
+    of rows; float32 accumulation."""
+    pid = tl.program_id(0)
+    pair = pid // SPLITS
+    split = pid % SPLITS
+    rows = pair * 2 + tl.arange(0, 2)
+    row_ok = rows < M
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    col_ok = cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+    offs = rows.to(tl.int64)[:, None] * stride + cols[None, :]
+    x_in = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    x = x_in.to(tl.float32)
+    tl.store(part_ptr + rows * SPLITS + split, tl.sum(x * x, axis=1), mask=row_ok)
+    row_barrier(count_ptr + pair, SPLITS)
+    if KEEP16:
+        x = widen_bf16(x_in)
+    w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    parts = tl.arange(0, SPLITS_P2)
+    sums = tl.load(part_ptr + rows[:, None] * SPLITS + parts[None, :], mask=row_ok[:, None] & (parts < SPLITS)[None, :], other=0.0, volatile=True)
+    rstd = 1.0 / tl.sqrt(tl.sum(sums, axis=1) / N + (eps_hi + eps_lo))
+    x_hat = cast_for_store(x * rstd[:, None], x_ptr.dtype.element_ty, ROUND_BF16).to(tl.float32)
+    tl.store(y_ptr + offs, cast_for_store(x_hat * w[None, :], y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+def rows2_call(x, w, y, chunk, warps, info):
+    m, n = x.shape
+    splits, pairs = triton.cdiv(n, chunk), triton.cdiv(m, 2)
+    part = torch.empty(m, splits, device=x.device, dtype=torch.float32)
+    eps_hi, eps_lo = split_float(1e-6)
+
+    def call():
+        k = _rms_norm_rows2_kernel[(pairs * splits,)](x, w, y, x.stride(0), m, n, eps_hi, eps_lo, part, coop_counters(pairs, x.device), SPLITS=splits,
+                                                      CHUNK=chunk, SPLITS_P2=triton.next_power_of_2(splits), ROUND_BF16=round_bf16_by_hand(x.dtype),
+                                                      KEEP16=x.dtype == torch.bfloat16, num_warps=toy(warps, 1))  # fmt: skip
+        if not info and k is not None and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+        return y
+
+    return call
+
+
+def run_rows2():
+    for m, n in ROWS2_CASES:
+        for dtype in DTYPES:
+            case = smoke.op_case("rmsnorm", m, n, dtype)
+            (x, w, y), ref, nbytes = case["args"], case["ref"], case["nbytes"]
+            base = {"op": "rmsnorm", "shape": [m, n], "dtype": str(dtype)[6:]}
+            results.append(smoke.checked_row({**base, "impl": "tritonforge"}, case["package"], ref, nbytes, copy["gbps"]))
+            for chunk, warps in ROWS2_CHUNKS[dtype]:
+                info = {}
+                row = smoke.checked_row({**base, "impl": "two rows", "chunk": chunk, "warps": warps}, rows2_call(x, w, y, chunk, warps, info), ref,
+                                        nbytes, copy["gbps"])  # fmt: skip
+                results.append({**row, **info})
+            smoke.save_rows(sys.argv[1], copy, results)
+    print("wrote", sys.argv[1])
 
 
 def copy_call(x, y, chunk, barrier, reset, kept, warps=COOP_WARPS):
@@ -97,12 +163,17 @@ def softmax_call(x, y, reset, kept):
 
 
 MODE = sys.argv[2] if len(sys.argv) > 2 else "floor"
-if MODE not in ("floor", "chunks"):
-    sys.exit(f"mode {MODE!r}: floor (default) or chunks")
+if MODE not in ("floor", "chunks", "rows2"):
+    sys.exit(f"mode {MODE!r}: floor (default), chunks or rows2")
 CHUNKS = toy([(4096, 2), (8192, 2), (8192, 4), (8192, 8), (16384, 4), (16384, 8), (32768, 8), (32768, 16)], [(256, 1)])
 """Mode ``chunks``: (chunk, warps) of the package's cooperative kernels. The package's 8192 with 8
 warps was chosen in `long_rows.py` (2026-11-30) with ``tl.exp`` and x held across the wait; the
 softmax now holds its exponentials and takes ``exp2`` in 16 bits (fewer instructions an element)."""
+ROWS2_CASES = toy([(4096, 65536), (2048, 131072), (64, 131072), (4096, 131072)], [(3, 256)])
+"""Mode ``rows2``: RMSNorm shapes (rows, row length), bf16 and float32 each."""
+ROWS2_CHUNKS = {torch.bfloat16: toy([(8192, 8), (8192, 4), (16384, 8), (16384, 16)], [(256, 1)]),
+                torch.float32: toy([(4096, 8), (4096, 4), (8192, 8), (8192, 16)], [(256, 1)])}  # fmt: skip
+"""Mode ``rows2``: (chunk of each row, warps) by dtype; the program holds twice the chunk."""
 CHUNK_CASES = toy([("softmax", 4096, 131072), ("softmax", 512, 131072), ("softmax", 64, 131072), ("softmax", 64, 262144),
                    ("softmax-bwd", 4096, 131072), ("softmax-bwd", 64, 131072), ("softmax-bwd", 64, 262144),
                    ("rmsnorm", 4096, 65536), ("rmsnorm", 2048, 131072), ("rmsnorm", 64, 131072)],
@@ -120,7 +191,7 @@ results = []
 def package_call(op, args, chunk, warps, info):
     """Mode ``chunks``: the package's cooperative kernel for ``op`` ("softmax", "softmax-bwd": the
     packed kernel for bf16, "rmsnorm") launched as its launcher does, at ``chunk`` and ``warps``."""
-    from tritonforge.kernel_utils import packs_bf16_rows, split_float
+    from tritonforge.kernel_utils import packs_bf16_rows
 
     x, out = args[0], args[-1]
     m, n = x.shape
@@ -178,8 +249,8 @@ def run_chunks():
     print("wrote", sys.argv[1])
 
 
-if MODE == "chunks":
-    run_chunks()
+if MODE != "floor":
+    {"chunks": run_chunks, "rows2": run_rows2}[MODE]()
     sys.exit(0)
 for op, m, n in CASES:
     for dtype in DTYPES:

@@ -146,7 +146,8 @@ def test_cooperative_plan_keeps_a_row_within_the_gpu():
     """The cooperative path (GPU only) holds a row in cdiv(N, 8192) programs that wait for each
     other: never more than the SM count (so they fit at once), and only with enough rows."""
     sm90 = dict(dtype=torch.float32, sms=132, fit=32768, loop_block=4096, max_splits=64, cooperative=True)
-    assert softmax_module._plan_cached(4096, 131072, **sm90) == softmax_module.Plan("cooperative", 8192, 8, 16, 8192)
+    assert softmax_module._plan_cached(4096, 131072, **sm90) == softmax_module.Plan("cooperative", 8192, 4, 16, 8192)
+    assert softmax_module._plan_cached(4096, 131072, **sm90, backward=True) == softmax_module.Plan("cooperative", 8192, 8, 16, 8192)
     assert softmax_module._plan_cached(4096, 131072, **{**sm90, "cooperative": False}).strategy == "online"
     assert softmax_module._plan_cached(8, 131072, **sm90).strategy == "split"  # 128 programs < 132 SMs
     assert softmax_module._plan_cached(4096, 40 * 8192, **{**sm90, "sms": 40}).strategy == "cooperative"  # a T4

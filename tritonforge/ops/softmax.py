@@ -497,6 +497,15 @@ PIPELINE_SHARED_SLACK = 1024
 scratch)."""
 
 
+COOP_FWD_WARPS = 4
+"""Warps of a cooperative forward program (chunks of ``kernel_utils.COOP_CHUNK``, 64 elements a
+thread; the backward keeps ``kernel_utils.COOP_WARPS``). H200, device time, 8 -> 4 warps
+(benchmarks/experiments/coop-floor-chunks-nvidia-h200-2026-12-02.json): bf16 4096 x 131072
+640.6 -> 617.2 us, 512 x 131072 85.9 -> 82.4; float32 1082.9 -> 1074.4, 64 x 262144 40.3 -> 39.7;
+64 rows of 128K level. 48 -> 80 registers a thread, yet six programs an SM where five fit before:
+more rows in flight to cover the wait. float64 (half the chunk) keeps 8 warps: not measured."""
+
+
 def pipelines_rows(width: int, dtype: torch.dtype, shared: Optional[int]) -> bool:
     """Whether rows held as one block of ``width`` take the pipelined persistent kernel on a device
     with ``shared`` bytes of shared memory per program (``None``: the interpreter, never)."""
@@ -551,7 +560,8 @@ def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_bl
         return Plan("one-pass", width, _warps(width))
     coop = coop_splits(M, N, dtype, sms if cooperative else None)
     if coop:
-        return Plan("cooperative", coop_chunk(dtype), COOP_WARPS, coop, coop_chunk(dtype))
+        warps = COOP_WARPS if backward or dtype == torch.float64 else COOP_FWD_WARPS
+        return Plan("cooperative", coop_chunk(dtype), warps, coop, coop_chunk(dtype))
     if M >= 2 * sms:
         return Plan("online", loop_block, _warps(loop_block))
     blocks = triton.cdiv(N, loop_block)
