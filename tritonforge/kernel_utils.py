@@ -141,8 +141,11 @@ def row_barrier(
     would wait forever.
 
     ``RESET``: each program counts out again after its wait, and the last one out sets the counter
-    back to zero, so that counters kept between launches need no memset (an experiment:
-    ``benchmarks/experiments/coop_floor.py``)."""
+    back to zero, so that counters kept between launches need no memset. Measured and not used
+    (H200, benchmarks/experiments/coop-floor-nvidia-h200-2026-12-02.json): the memset is a graph
+    node of about 1 us, the second atomic a program costs more (a bf16 barrier copy of 4096 x
+    131072: 594.7 -> 634.1 us; softmax 64 x 131072 11.5 -> 12.0), and counters shared between
+    launches would be one more thing for streams and graph capture to get wrong."""
     tl.atomic_add(count_ptr, 1, sem="release")
     while tl.atomic_add(count_ptr, 0, sem="acquire") < SPLITS:
         pass
