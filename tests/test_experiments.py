@@ -289,7 +289,7 @@ def test_coop_exp(tmp_path, mode):
     assert all(r["max_ulp"] < 2 for r in rows if r["dtype"] == "bfloat16")
 
 
-@pytest.mark.parametrize("mode", ["floor", "chunks", "rows2"])
+@pytest.mark.parametrize("mode", ["floor", "chunks", "rows2", "pipelined"])
 def test_coop_floor(tmp_path, mode):
     """Toy rows of one chunk: the copies give x back, the softmax kernels (with and without the
     counting-out barrier) the right answer, and the kept counters are zero again after the calls."""
@@ -301,6 +301,8 @@ def test_coop_floor(tmp_path, mode):
         assert all(r["err"] == 0 for r in rows if "copy" in r["impl"])
     elif mode == "rows2":  # three toy rows: the second pair is one row, masked
         assert impls == {"tritonforge", "two rows"}
+    elif mode == "pipelined":
+        assert impls == {"tritonforge", "pipelined"}
     else:
         assert impls == {"tritonforge", "package kernel", "barrier copy"}
         assert {r["op"] for r in rows if r["impl"] == "package kernel"} == {"softmax", "softmax-bwd", "rmsnorm"}

@@ -31,8 +31,11 @@ same chunks and warps, with the compiled kernels' registers.
 Mode ``rows2``: RMSNorm's cooperative forward with each program holding the same chunk of two rows,
 so that one load of the weight's chunk after the wait serves both rows (``_rms_norm_rows2_kernel``).
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks|rows2]
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks|rows2] (a row is one chunk)
+Mode ``pipelined``: the package's pipelined one-pass softmax (rows of 32K, 16-bit: 0.93 of a
+same-size copy, short of the issue's 0.95) at other warps, stages and programs an SM.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks|rows2|pipelined]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks|rows2|pipelined] (a row is one chunk)
 """
 
 import sys
@@ -130,6 +133,34 @@ def run_rows2():
     print("wrote", sys.argv[1])
 
 
+def run_pipelined():
+    """Mode ``pipelined``: the package's pipelined one-pass kernel at other warps (and two programs an SM)."""
+    for m, n, dtype in PIPELINED_CASES:
+        case = smoke.op_case("softmax", m, n, dtype)
+        (x, y), ref, nbytes = case["args"], case["ref"], case["nbytes"]
+        p = softmax.plan(m, n, dtype, x.device)
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count if smoke.DEVICE == "cuda" else 1
+        base = {"op": "softmax", "shape": [m, n], "dtype": str(dtype)[6:]}
+        results.append(smoke.checked_row({**base, "impl": "tritonforge", "plan": list(p)}, case["package"], ref, nbytes, copy["gbps"]))
+        for warps, stages, per_sm in PIPELINED:
+            info = {}
+
+            def call(warps=warps, stages=stages, per_sm=per_sm, info=info):
+                grid = (min(m, per_sm * sms),)
+                k = softmax._softmax_fwd_pipelined_kernel[grid](x, y, x.stride(0), m, n, BLOCK_N=triton.next_power_of_2(n), STAGES=stages,
+                                                                ACC_DTYPE=acc_dtype(dtype), ROUND_BF16=round_bf16_by_hand(dtype),
+                                                                num_warps=toy(warps, 1))  # fmt: skip
+                if not info and k is not None and hasattr(k, "n_regs"):
+                    info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+                return y
+
+            row = smoke.checked_row({**base, "impl": "pipelined", "warps": warps, "stages": stages, "programs_per_sm": per_sm}, call, ref, nbytes,
+                                    copy["gbps"])  # fmt: skip
+            results.append({**row, **info})
+        smoke.save_rows(sys.argv[1], copy, results)
+    print("wrote", sys.argv[1])
+
+
 def copy_call(x, y, chunk, barrier, reset, kept, warps=COOP_WARPS):
     m, n = x.shape
     splits = triton.cdiv(n, chunk)
@@ -163,8 +194,8 @@ def softmax_call(x, y, reset, kept):
 
 
 MODE = sys.argv[2] if len(sys.argv) > 2 else "floor"
-if MODE not in ("floor", "chunks", "rows2"):
-    sys.exit(f"mode {MODE!r}: floor (default), chunks or rows2")
+if MODE not in ("floor", "chunks", "rows2", "pipelined"):
+    sys.exit(f"mode {MODE!r}: floor (default), chunks, rows2 or pipelined")
 CHUNKS = toy([(4096, 2), (8192, 2), (8192, 4), (8192, 8), (16384, 4), (16384, 8), (32768, 8), (32768, 16)], [(256, 1)])
 """Mode ``chunks``: (chunk, warps) of the package's cooperative kernels. The package's 8192 with 8
 warps was chosen in `long_rows.py` (2026-11-30) with ``tl.exp`` and x held across the wait; the
@@ -174,6 +205,11 @@ ROWS2_CASES = toy([(4096, 65536), (2048, 131072), (64, 131072), (4096, 131072)],
 ROWS2_CHUNKS = {torch.bfloat16: toy([(8192, 8), (8192, 4), (16384, 8), (16384, 16)], [(256, 1)]),
                 torch.float32: toy([(4096, 8), (4096, 4), (8192, 8), (8192, 16)], [(256, 1)])}  # fmt: skip
 """Mode ``rows2``: (chunk of each row, warps) by dtype; the program holds twice the chunk."""
+PIPELINED_CASES = toy([(16384, 32768, torch.bfloat16), (8192, 32768, torch.bfloat16), (16384, 32768, torch.float16), (16384, 32768, torch.float32)],
+                       [(3, 256, torch.bfloat16)])  # fmt: skip
+"""Mode ``pipelined``: (rows, row length, dtype) that take the pipelined one-pass kernel."""
+PIPELINED = toy([(16, 3, 1), (8, 3, 1), (8, 2, 1), (4, 3, 1), (8, 1, 2)], [(1, 2, 1)])
+"""Mode ``pipelined``: (warps, stages, programs an SM); the package runs (16, 3, 1) for rows of 32K."""
 CHUNK_CASES = toy([("softmax", 4096, 131072), ("softmax", 512, 131072), ("softmax", 64, 131072), ("softmax", 64, 262144),
                    ("softmax-bwd", 4096, 131072), ("softmax-bwd", 64, 131072), ("softmax-bwd", 64, 262144),
                    ("rmsnorm", 4096, 65536), ("rmsnorm", 2048, 131072), ("rmsnorm", 64, 131072)],
@@ -250,7 +286,7 @@ def run_chunks():
 
 
 if MODE != "floor":
-    {"chunks": run_chunks, "rows2": run_rows2}[MODE]()
+    {"chunks": run_chunks, "rows2": run_rows2, "pipelined": run_pipelined}[MODE]()
     sys.exit(0)
 for op, m, n in CASES:
     for dtype in DTYPES:
