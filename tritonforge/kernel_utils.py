@@ -119,6 +119,8 @@ bf16 forward, whose chunk stays 16-bit across the barrier, takes twice this
 (``rmsnorm.fwd_coop_chunk``)."""
 
 COOP_WARPS = 8
+"""Warps of a cooperative program: the backward's and RMSNorm's. The softmax forward, which holds
+one exponential an element since, runs 4 (``softmax.COOP_FWD_WARPS``)."""
 
 COOP_MAX_SPLITS = 128
 """Most programs one row is cut into (rows up to 1M elements; longer rows take the two-pass loop)."""
