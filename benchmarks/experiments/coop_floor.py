@@ -15,7 +15,8 @@ alone, with the package's chunks and warps, at each shape (device time: CUDA-gra
 - ``barrier copy, reset``: the same barrier with ``RESET`` (each program counts out again and the last
   one zeroes the counter), the counters kept between calls: no memset;
 - ``softmax`` / ``softmax, reset``: the package's ``softmax._softmax_coop_kernel`` launched as its
-  launcher does, with a memset per call or with ``RESET`` and kept counters;
+  launcher did when this was recorded (8 warps; it now runs 4, ``softmax.COOP_FWD_WARPS``), with a
+  memset per call or with ``RESET`` and kept counters;
 - ``tritonforge``: ``tfg.softmax``;
 - ``memset``: ``kernel_utils.coop_counters(M)`` alone.
 
@@ -45,8 +46,18 @@ import torch
 import smoke  # first: imports tritonforge before triton
 import tritonforge as tfg
 from smoke import toy
-from tritonforge import reference
-from tritonforge.kernel_utils import COOP_WARPS, acc_dtype, cast_for_store, coop_counters, round_bf16_by_hand, row_barrier, split_float, widen_bf16
+from tritonforge import reference, runtime
+from tritonforge.kernel_utils import (
+    COOP_WARPS,
+    acc_dtype,
+    cast_for_store,
+    coop_counters,
+    packs_bf16_rows,
+    round_bf16_by_hand,
+    row_barrier,
+    split_float,
+    widen_bf16,
+)
 from tritonforge.ops import rmsnorm, softmax
 
 import triton
@@ -100,6 +111,12 @@ def _rms_norm_rows2_kernel(x_ptr, w_ptr, y_ptr, stride, M, N, eps_hi, eps_lo, pa
     tl.store(y_ptr + offs, cast_for_store(x_hat * w[None, :], y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
+def note_registers(info: dict, kernel) -> None:
+    """Record the compiled kernel's registers and spills in ``info`` once (none in the interpreter)."""
+    if not info and kernel is not None and hasattr(kernel, "n_regs"):
+        info.update(n_regs=kernel.n_regs, n_spills=kernel.n_spills)
+
+
 def rows2_call(x, w, y, chunk, warps, info):
     m, n = x.shape
     splits, pairs = triton.cdiv(n, chunk), triton.cdiv(m, 2)
@@ -110,8 +127,7 @@ def rows2_call(x, w, y, chunk, warps, info):
         k = _rms_norm_rows2_kernel[(pairs * splits,)](x, w, y, x.stride(0), m, n, eps_hi, eps_lo, part, coop_counters(pairs, x.device), SPLITS=splits,
                                                       CHUNK=chunk, SPLITS_P2=triton.next_power_of_2(splits), ROUND_BF16=round_bf16_by_hand(x.dtype),
                                                       KEEP16=x.dtype == torch.bfloat16, num_warps=toy(warps, 1))  # fmt: skip
-        if not info and k is not None and hasattr(k, "n_regs"):
-            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+        note_registers(info, k)
         return y
 
     return call
@@ -139,7 +155,7 @@ def run_pipelined():
         case = smoke.op_case("softmax", m, n, dtype)
         (x, y), ref, nbytes = case["args"], case["ref"], case["nbytes"]
         p = softmax.plan(m, n, dtype, x.device)
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count if smoke.DEVICE == "cuda" else 1
+        sms = runtime.gpu_sm_count(x.device) or 1
         base = {"op": "softmax", "shape": [m, n], "dtype": str(dtype)[6:]}
         results.append(smoke.checked_row({**base, "impl": "tritonforge", "plan": list(p)}, case["package"], ref, nbytes, copy["gbps"]))
         for warps, stages, per_sm in PIPELINED:
@@ -150,8 +166,7 @@ def run_pipelined():
                 k = softmax._softmax_fwd_pipelined_kernel[grid](x, y, x.stride(0), m, n, BLOCK_N=triton.next_power_of_2(n), STAGES=stages,
                                                                 ACC_DTYPE=acc_dtype(dtype), ROUND_BF16=round_bf16_by_hand(dtype),
                                                                 num_warps=toy(warps, 1))  # fmt: skip
-                if not info and k is not None and hasattr(k, "n_regs"):
-                    info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+                note_registers(info, k)
                 return y
 
             row = smoke.checked_row({**base, "impl": "pipelined", "warps": warps, "stages": stages, "programs_per_sm": per_sm}, call, ref, nbytes,
@@ -170,24 +185,6 @@ def copy_call(x, y, chunk, barrier, reset, kept, warps=COOP_WARPS):
         counters = kept if reset else coop_counters(m, x.device)
         _chunk_copy_kernel[(m * splits,)](x, y, part, counters, n, SPLITS=splits, CHUNK=chunk, BARRIER=barrier, RESET=reset,
                                           num_warps=toy(warps, 1))  # fmt: skip
-        return y
-
-    return call
-
-
-def softmax_call(x, y, reset, kept):
-    """The package's cooperative forward as ``softmax.softmax_fwd`` launches it (a toy row: one chunk)."""
-    m, n = x.shape
-    chunk = toy(softmax.plan(m, n, x.dtype, x.device).chunk, 256)
-    splits = triton.cdiv(n, chunk)
-    parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
-
-    def call():
-        counters = kept if reset else coop_counters(m, x.device)
-        softmax._softmax_coop_kernel[(m * splits,)](x, y, *parts, counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk,
-                                                    SPLITS_P2=triton.next_power_of_2(splits), ACC_DTYPE=acc_dtype(x.dtype),
-                                                    ROUND_BF16=round_bf16_by_hand(x.dtype), EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk),
-                                                    RESET=reset, num_warps=toy(COOP_WARPS, 1))  # fmt: skip
         return y
 
     return call
@@ -224,11 +221,10 @@ print("copy GB/s", round(copy["gbps"], 1), flush=True)
 results = []
 
 
-def package_call(op, args, chunk, warps, info):
-    """Mode ``chunks``: the package's cooperative kernel for ``op`` ("softmax", "softmax-bwd": the
-    packed kernel for bf16, "rmsnorm") launched as its launcher does, at ``chunk`` and ``warps``."""
-    from tritonforge.kernel_utils import packs_bf16_rows
-
+def package_call(op, args, chunk, warps, info, kept=None):
+    """The package's cooperative kernel for ``op`` ("softmax", "softmax-bwd": the packed kernel for
+    bf16, "rmsnorm") launched as its launcher does, at ``chunk`` and ``warps``; with ``kept``
+    counters (softmax only) its barrier counts out and zeroes them (``RESET``), and no memset runs."""
     x, out = args[0], args[-1]
     m, n = x.shape
     splits = triton.cdiv(n, chunk)
@@ -236,11 +232,11 @@ def package_call(op, args, chunk, warps, info):
     parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
 
     def call():
-        counters = coop_counters(m, x.device)
+        counters = coop_counters(m, x.device) if kept is None else kept
         if op == "softmax":
             k = softmax._softmax_coop_kernel[(m * splits,)](x, out, *parts, counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
                                                             ACC_DTYPE=acc, ROUND_BF16=rounding, EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk),
-                                                            num_warps=warps)  # fmt: skip
+                                                            RESET=kept is not None, num_warps=toy(warps, 1))  # fmt: skip
         elif op == "softmax-bwd" and toy(packs_bf16_rows(x, args[1]), False):  # (the packed kernel's inline PTX: not in the interpreter)
             words = [t.view(torch.int32) for t in args]
             k = softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*words, parts[0], counters, words[0].stride(0), n // 2,
@@ -255,8 +251,7 @@ def package_call(op, args, chunk, warps, info):
                 x, args[1], out, out, x.stride(0), out.stride(0), n, eps_hi, eps_lo, parts[0], counters, SPLITS=splits, CHUNK=chunk,
                 SPLITS_P2=p2, ACC_DTYPE=acc, ROUND_BF16=rounding, STORE_RSTD=False, KEEP16=x.dtype == torch.bfloat16,
                 EVEN_N=rmsnorm.fwd_coop_unmasked(x.dtype, n) and n % chunk == 0, num_warps=warps)  # fmt: skip
-        if not info and k is not None and hasattr(k, "n_regs"):
-            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+        note_registers(info, k)
         return out
 
     return call
@@ -285,36 +280,43 @@ def run_chunks():
     print("wrote", sys.argv[1])
 
 
-if MODE != "floor":
-    {"chunks": run_chunks, "rows2": run_rows2, "pipelined": run_pipelined}[MODE]()
-    sys.exit(0)
-for op, m, n in CASES:
-    for dtype in DTYPES:
-        x = (4 * torch.randn(m, n, device=smoke.DEVICE)).to(dtype)
-        y = torch.empty_like(x)
-        kept = coop_counters(m, x.device)
-        nbytes = 2 * x.numel() * x.element_size()
-        chunk = toy(softmax.plan(m, n, dtype, x.device).chunk if op == "softmax" else rmsnorm.fwd_coop_chunk(dtype), 256)
-        base = {"chunks_of": op, "shape": [m, n], "dtype": str(dtype)[6:], "chunk": chunk}
-        rows = [smoke.checked_row({**base, "impl": "same-size copy"}, lambda: torch.mul(x, 1, out=y), x.double(), nbytes, copy["gbps"])]
-        for name, barrier, reset in (("chunk copy", False, False), ("barrier copy", True, False), ("barrier copy, reset", True, True)):
-            rows.append(smoke.checked_row({**base, "impl": name}, copy_call(x, y, chunk, barrier, reset, kept), x.double(), nbytes, copy["gbps"]))
-        if op == "softmax":
-            ref = reference.softmax_ref(x, upcast=True)
-            for name, reset in (("softmax", False), ("softmax, reset", True)):
-                rows.append(smoke.checked_row({**base, "impl": name}, softmax_call(x, y, reset, kept), ref, nbytes, copy["gbps"]))
-            rows.append(smoke.checked_row({**base, "impl": "tritonforge", "plan": list(softmax.plan(m, n, dtype, x.device))},
-                                          lambda: tfg.softmax(x), ref, nbytes, copy["gbps"]))  # fmt: skip
-        memset = {**base, "impl": "memset", "device_us": smoke.device_us(lambda: coop_counters(m, x.device))}
-        print(memset, flush=True)
-        rows.append(memset)
-        smoke.synchronize()
-        zero = bool((kept == 0).all())
-        for row in rows:
-            if "reset" in row["impl"]:
-                row["counters_zero"] = zero
-            if "device_us" in row and "device_us" in rows[0] and row is not memset:
-                row["of_same_copy"] = rows[0]["device_us"] / row["device_us"]
-        results.extend(rows)
-        smoke.save_rows(sys.argv[1], copy, results)
-print("wrote", sys.argv[1])
+def run_floor():
+    for op, m, n in CASES:
+        for dtype in DTYPES:
+            floor_case(op, m, n, dtype)
+    print("wrote", sys.argv[1])
+
+
+def floor_case(op, m, n, dtype):
+    x = (4 * torch.randn(m, n, device=smoke.DEVICE)).to(dtype)
+    y = torch.empty_like(x)
+    kept = coop_counters(m, x.device)
+    nbytes = 2 * x.numel() * x.element_size()
+    chunk = toy(softmax.plan(m, n, dtype, x.device).chunk if op == "softmax" else rmsnorm.fwd_coop_chunk(dtype), 256)
+    base = {"chunks_of": op, "shape": [m, n], "dtype": str(dtype)[6:], "chunk": chunk}
+    rows = [smoke.checked_row({**base, "impl": "same-size copy"}, lambda: torch.mul(x, 1, out=y), x.double(), nbytes, copy["gbps"])]
+    for name, barrier, reset in (("chunk copy", False, False), ("barrier copy", True, False), ("barrier copy, reset", True, True)):
+        rows.append(smoke.checked_row({**base, "impl": name}, copy_call(x, y, chunk, barrier, reset, kept), x.double(), nbytes, copy["gbps"]))
+    if op == "softmax":
+        ref = reference.softmax_ref(x, upcast=True)
+        # the package's programs as recorded (8 warps; the package now runs 4: softmax.COOP_FWD_WARPS)
+        for name, counters in (("softmax", None), ("softmax, reset", kept)):
+            rows.append(smoke.checked_row({**base, "impl": name}, package_call("softmax", (x, y), chunk, COOP_WARPS, {}, counters), ref, nbytes,
+                                          copy["gbps"]))  # fmt: skip
+        rows.append(smoke.checked_row({**base, "impl": "tritonforge", "plan": list(softmax.plan(m, n, dtype, x.device))},
+                                      lambda: tfg.softmax(x), ref, nbytes, copy["gbps"]))  # fmt: skip
+    memset = {**base, "impl": "memset", "device_us": smoke.device_us(lambda: coop_counters(m, x.device))}
+    print(memset, flush=True)
+    rows.append(memset)
+    smoke.synchronize()
+    zero = bool((kept == 0).all())
+    for row in rows:
+        if "reset" in row["impl"]:
+            row["counters_zero"] = zero
+        if "device_us" in row and "device_us" in rows[0] and row is not memset:
+            row["of_same_copy"] = rows[0]["device_us"] / row["device_us"]
+    results.extend(rows)
+    smoke.save_rows(sys.argv[1], copy, results)
+
+
+{"floor": run_floor, "chunks": run_chunks, "rows2": run_rows2, "pipelined": run_pipelined}[MODE]()
