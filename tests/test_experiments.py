@@ -36,6 +36,7 @@ KEPT = {
     "attention_tiles.py",
     "coop_exp.py",
     "coop_floor.py",
+    "coop_persistent.py",
     "coop_packed.py",
     "coop_publish.py",
     "coop_registers.py",
@@ -306,6 +307,20 @@ def test_coop_floor(tmp_path, mode):
     else:
         assert impls == {"tritonforge", "package kernel", "barrier copy"}
         assert {r["op"] for r in rows if r["impl"] == "package kernel"} == {"softmax", "softmax-bwd", "rmsnorm"}
+
+
+@pytest.mark.parametrize("mode", ["softmax", "rmsnorm", "bwd-floor"])
+def test_coop_persistent(tmp_path, mode):
+    """Toy rows of one chunk, one persistent program looping over all of them: with and without
+    the prefetch of the next row, the right answer; the backward's barrier copy gives dy back."""
+    rows = checked_rows("coop_persistent.py", tmp_path / "persistent.json", mode)
+    impls = {r["impl"] for r in rows}
+    if mode == "bwd-floor":
+        assert impls == {"same-size copy", "tritonforge", "barrier copy"}
+        assert all(r["err"] == 0 for r in rows if "copy" in r["impl"])
+    else:
+        assert impls == {"same-size copy", "tritonforge", "package kernel", "persistent"}
+        assert {(r["prefetch"], r["groups"]) for r in rows if r["impl"] == "persistent"} == {(True, 1), (False, 1)}
 
 
 @pytest.mark.parametrize("mode", ["all", "hold16"])
