@@ -290,7 +290,7 @@ def test_coop_exp(tmp_path, mode):
     assert all(r["max_ulp"] < 2 for r in rows if r["dtype"] == "bfloat16")
 
 
-@pytest.mark.parametrize("mode", ["floor", "chunks", "rows2", "pipelined"])
+@pytest.mark.parametrize("mode", ["floor", "chunks", "rows2", "pipelined", "few-rows"])
 def test_coop_floor(tmp_path, mode):
     """Toy rows of one chunk: the copies give x back, the softmax kernels (with and without the
     counting-out barrier) the right answer, and the kept counters are zero again after the calls."""
@@ -304,6 +304,10 @@ def test_coop_floor(tmp_path, mode):
         assert impls == {"tritonforge", "two rows"}
     elif mode == "pipelined":
         assert impls == {"tritonforge", "pipelined"}
+    elif mode == "few-rows":
+        assert impls == {"same-size copy", "tritonforge", "package kernel"}
+        assert {r["op"] for r in rows if r["impl"] == "package kernel"} == {"softmax", "softmax-bwd"}
+        assert all(r["of_same_copy"] > 0 for r in rows)
     else:
         assert impls == {"tritonforge", "package kernel", "barrier copy"}
         assert {r["op"] for r in rows if r["impl"] == "package kernel"} == {"softmax", "softmax-bwd", "rmsnorm"}

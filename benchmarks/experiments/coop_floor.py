@@ -35,8 +35,15 @@ so that one load of the weight's chunk after the wait serves both rows (``_rms_n
 Mode ``pipelined``: the package's pipelined one-pass softmax (rows of 32K, 16-bit: 0.93 of a
 same-size copy, short of the issue's 0.95) at other warps, stages and programs an SM.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks|rows2|pipelined]
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks|rows2|pipelined] (a row is one chunk)
+Mode ``few-rows``: the package's cooperative softmax forward and backward at chunks and warps up to
+16 warps a program (``FEW_CHUNKS``) over 64 to 4096 rows of 128K-256K, each beside its own
+same-size copy (the backward's: 1.5 x the elements), so that ``of_same_copy`` is the issue's
+measure. A copy that waits at the backward's barrier reached 0.90-0.95 of that copy at 64 rows
+with chunks of 16384 and 16 warps (`coop-persistent-bwd-floor-…json`), where the package's
+backward (8192, 8 warps) makes 0.75-0.88.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks|rows2|pipelined|few-rows]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_floor.py OUT.json [floor|chunks|rows2|pipelined|few-rows] (a row is one chunk)
 """
 
 import sys
@@ -191,12 +198,17 @@ def copy_call(x, y, chunk, barrier, reset, kept, warps=COOP_WARPS):
 
 
 MODE = sys.argv[2] if len(sys.argv) > 2 else "floor"
-if MODE not in ("floor", "chunks", "rows2", "pipelined"):
-    sys.exit(f"mode {MODE!r}: floor (default), chunks, rows2 or pipelined")
+if MODE not in ("floor", "chunks", "rows2", "pipelined", "few-rows"):
+    sys.exit(f"mode {MODE!r}: floor (default), chunks, rows2, pipelined or few-rows")
 CHUNKS = toy([(4096, 2), (8192, 2), (8192, 4), (8192, 8), (16384, 4), (16384, 8), (32768, 8), (32768, 16)], [(256, 1)])
 """Mode ``chunks``: (chunk, warps) of the package's cooperative kernels. The package's 8192 with 8
 warps was chosen in `long_rows.py` (2026-11-30) with ``tl.exp`` and x held across the wait; the
 softmax now holds its exponentials and takes ``exp2`` in 16 bits (fewer instructions an element)."""
+FEW_CASES = toy([(op, m, n) for op in ("softmax-bwd", "softmax") for n in (131072, 262144) for m in (64, 256, 512, 4096)
+                 if m * n <= 4096 * 131072], [("softmax-bwd", 3, 256), ("softmax", 3, 256)])  # fmt: skip
+"""Mode ``few-rows``: (op, rows, row length); bf16 and float32 each."""
+FEW_CHUNKS = toy([(8192, 4), (8192, 8), (8192, 16), (16384, 8), (16384, 16), (32768, 16)], [(256, 1)])
+"""Mode ``few-rows``: (chunk, warps); the package runs (8192, 4) forward and (8192, 8) backward."""
 ROWS2_CASES = toy([(4096, 65536), (2048, 131072), (64, 131072), (4096, 131072)], [(3, 256)])
 """Mode ``rows2``: RMSNorm shapes (rows, row length), bf16 and float32 each."""
 ROWS2_CHUNKS = {torch.bfloat16: toy([(8192, 8), (8192, 4), (16384, 8), (16384, 16)], [(256, 1)]),
@@ -280,6 +292,30 @@ def run_chunks():
     print("wrote", sys.argv[1])
 
 
+def run_few_rows():
+    for op, m, n in FEW_CASES:
+        for dtype in DTYPES:
+            case = smoke.op_case(op, m, n, dtype)
+            args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
+            base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
+            src = torch.randn(m * n * (3 if op == "softmax-bwd" else 2) // 2, device=smoke.DEVICE).to(dtype)
+            dst = torch.empty_like(src)
+            rows = [smoke.checked_row({**base, "impl": "same-size copy"}, lambda: torch.mul(src, 1, out=dst), src.double(), nbytes, copy["gbps"]),
+                    smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"])]  # fmt: skip
+            for chunk, warps in FEW_CHUNKS:
+                if toy(1 < triton.cdiv(n, chunk) <= 128, True):
+                    info = {}
+                    row = smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps},
+                                            package_call(op, args, chunk, warps, info), ref, nbytes, copy["gbps"])  # fmt: skip
+                    rows.append({**row, **info})
+            for row in rows:
+                if "device_us" in row and "device_us" in rows[0]:
+                    row["of_same_copy"] = rows[0]["device_us"] / row["device_us"]
+            results.extend(rows)
+            smoke.save_rows(sys.argv[1], copy, results)
+    print("wrote", sys.argv[1])
+
+
 def run_floor():
     for op, m, n in CASES:
         for dtype in DTYPES:
@@ -319,4 +355,4 @@ def floor_case(op, m, n, dtype):
     smoke.save_rows(sys.argv[1], copy, results)
 
 
-{"floor": run_floor, "chunks": run_chunks, "rows2": run_rows2, "pipelined": run_pipelined}[MODE]()
+{"floor": run_floor, "chunks": run_chunks, "rows2": run_rows2, "pipelined": run_pipelined, "few-rows": run_few_rows}[MODE]()
