@@ -35,6 +35,7 @@ EXPERIMENTS = REPO / "benchmarks" / "experiments"
 KEPT = {
     "attention_tiles.py",
     "coop_exp.py",
+    "coop_flags.py",
     "coop_floor.py",
     "coop_persistent.py",
     "coop_packed.py",
@@ -311,6 +312,14 @@ def test_coop_floor(tmp_path, mode):
     else:
         assert impls == {"tritonforge", "package kernel", "barrier copy"}
         assert {r["op"] for r in rows if r["impl"] == "package kernel"} == {"softmax", "softmax-bwd", "rmsnorm"}
+
+
+def test_coop_flags(tmp_path):
+    """Toy rows of one chunk: the kernels whose partials are their flag words (waiting by a load
+    and by atomics) give the right answer beside the package's, for each op and dtype."""
+    rows = checked_rows("coop_flags.py", tmp_path / "flags.json")
+    assert {(r["op"], r["dtype"], r["spin"]) for r in rows if r["impl"] == "flags"} == {
+        (op, dtype, spin) for op in ("softmax", "softmax-bwd", "rmsnorm") for dtype in ("bfloat16", "float32") for spin in ("load", "atomic")}
 
 
 @pytest.mark.parametrize("mode", ["softmax", "rmsnorm", "bwd-floor"])
