@@ -156,6 +156,64 @@ def row_barrier(
             tl.atomic_xchg(count_ptr, 0, sem="relaxed")
 
 
+@triton.jit
+def publish_and_wait(
+    words_ptr,  # *int64 [SPLITS]: the row's words, zero before the launch
+    split,  # this program's index in the row
+    word,  # int64: this program's partial statistic, never zero (pack_floats, flagged)
+    SPLITS: tl.constexpr,
+    SPLITS_P2: tl.constexpr,  # next power of two of SPLITS
+):
+    """Write this program's partial into its word of the row, then read the row's words until none
+    is zero, and return them (``[SPLITS_P2]``; the words past ``SPLITS`` read as 1).
+
+    The words the program waits on are the partials it needs: one round trip to L2 after the
+    wait where :func:`row_barrier` takes two (the counter, then the partials), while the program
+    holds its chunk. A 64-bit atomic access is single-copy atomic, so a reader sees a whole word or
+    zero, and nothing else rides on the word: relaxed order is enough. The words are read by atomic
+    adds of 0 (volatile loads, one per thread, were slower). H200, device time
+    (benchmarks/experiments/coop-flags-nvidia-h200-2026-12-02.json), against the counter: softmax bf16
+    4096 x 131072 617.8 -> 553.4 us, float32 1072.2 -> 1039.8; the backward bf16 64 x 131072 16.8 ->
+    15.4; RMSNorm bf16 4096 x 65536 291.5 -> 264.1, float32 563.9 -> 527.1. The same residency
+    assumption as :func:`row_barrier`; never on the interpreter but for rows of one program."""
+    tl.atomic_xchg(words_ptr + split, word, sem="relaxed")
+    parts = tl.arange(0, SPLITS_P2)
+    live = parts < SPLITS
+    words = tl.where(live, tl.atomic_add(words_ptr + parts, 0, mask=live, sem="relaxed"), 1)
+    while tl.sum((words == 0).to(tl.int32), axis=0) > 0:
+        words = tl.where(live, tl.atomic_add(words_ptr + parts, 0, mask=live, sem="relaxed"), 1)
+    return words
+
+
+@triton.jit
+def pack_floats(lo, hi):
+    """Two float32 scalars as one int64 word, ``lo`` in the low half: not zero unless both are +0."""
+    return (lo.to(tl.uint32, bitcast=True).to(tl.uint64) | (hi.to(tl.uint32, bitcast=True).to(tl.uint64) << 32)).to(tl.int64, bitcast=True)
+
+
+@triton.jit
+def flagged(value):
+    """A float32 scalar as one int64 word: its bits in the low half, 1 in the high half (never zero)."""
+    return (value.to(tl.uint32, bitcast=True).to(tl.uint64) | (1 << 32)).to(tl.int64, bitcast=True)
+
+
+@triton.jit
+def word_lo(words):
+    """The float32 in the low half of each int64 word."""
+    return (words.to(tl.uint64, bitcast=True) & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def word_hi(words):
+    """The float32 in the high half of each int64 word."""
+    return (words.to(tl.uint64, bitcast=True) >> 32).to(tl.uint32).to(tl.float32, bitcast=True)
+
+
+def coop_words(M: int, splits: int, device: torch.device) -> torch.Tensor:
+    """The rows' words for :func:`publish_and_wait`: zeroed for every launch (a memset)."""
+    return torch.zeros(M, splits, dtype=torch.int64, device=device)
+
+
 def coop_splits(M: int, N: int, dtype: torch.dtype, sms: Optional[int], chunk: Optional[int] = None) -> int:
     """How many programs hold each row on the cooperative path (chunks of ``chunk`` elements,
     :func:`coop_chunk` by default), or 0 where it does not apply:

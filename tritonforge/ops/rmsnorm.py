@@ -108,10 +108,14 @@ from tritonforge.kernel_utils import (
     coop_chunk,
     coop_counters,
     coop_splits,
+    coop_words,
+    flagged,
+    publish_and_wait,
     round_bf16_by_hand,
     row_barrier,
     split_float,
     widen_bf16,
+    word_lo,
 )
 from tritonforge.reference import rms_norm_bwd_ref, rms_norm_ref, rms_norm_rstd_ref
 
@@ -214,6 +218,7 @@ def _rms_norm_fwd_coop_kernel(
     STORE_RSTD: tl.constexpr,
     KEEP16: tl.constexpr,  # bf16 x: hold the 16-bit chunk across the barrier (kernel_utils.widen_bf16)
     EVEN_N: tl.constexpr = False,  # N a multiple of CHUNK: no masks
+    FLAGS: tl.constexpr = False,  # float32: part_ptr is *[M, SPLITS] int64, zeroed (kernel_utils.publish_and_wait); count_ptr unused
 ):
     """Program (row, chunk) of a row too long for one program: the chunk's sum of squares, the
     row's barrier, the row's rstd from all partial sums (one fixed order: every program gets the
@@ -229,13 +234,17 @@ def _rms_norm_fwd_coop_kernel(
     mask = None if EVEN_N else cols < N
     x_in = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=None if EVEN_N else 0.0)
     x = x_in.to(ACC_DTYPE)
-    tl.store(part_ptr + row * SPLITS + split, tl.sum(x * x, axis=0))
-    row_barrier(count_ptr + row, SPLITS)
+    parts = tl.arange(0, SPLITS_P2)
+    if FLAGS:  # the chunk's sum of squares is its word
+        words = publish_and_wait(part_ptr + row * SPLITS, split, flagged(tl.sum(x * x, axis=0)), SPLITS, SPLITS_P2)
+        sum_sq = tl.sum(tl.where(parts < SPLITS, word_lo(words), 0.0), axis=0)
+    else:
+        tl.store(part_ptr + row * SPLITS + split, tl.sum(x * x, axis=0))
+        row_barrier(count_ptr + row, SPLITS)
+        sum_sq = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
     if KEEP16:
         x = widen_bf16(x_in)
     w = tl.load(weight_ptr + cols, mask=mask, other=None if EVEN_N else 0.0, eviction_policy="evict_last").to(ACC_DTYPE)
-    parts = tl.arange(0, SPLITS_P2)
-    sum_sq = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
     rstd = 1.0 / tl.sqrt(sum_sq / N + (tl.cast(eps_hi, ACC_DTYPE) + tl.cast(eps_lo, ACC_DTYPE)))
     x_hat = cast_for_store(x * rstd, x_ptr.dtype.element_ty, ROUND_BF16).to(ACC_DTYPE)
     tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(x_hat * w, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
@@ -542,12 +551,14 @@ def rms_norm_fwd(
     eps_hi, eps_lo = split_float(eps)
     splits = fwd_coop_splits(M, N, x.dtype, x.device)
     if splits:
+        flags = x.dtype != torch.float64  # float32 partials: each program's is its word (kernel_utils.publish_and_wait)
+        parts = coop_words(M, splits, x.device) if flags else _empty(M, splits, dtype=torch.float64, device=x.device)
         _rms_norm_fwd_coop_kernel[(M * splits,)](
             x_rows, weight, y_rows, rstd if save_rstd else y_rows, x_rows.stride(0), y_rows.stride(0), N, eps_hi, eps_lo,
-            _empty(M, splits, dtype=acc_torch_dtype(x.dtype), device=x.device), coop_counters(M, x.device), SPLITS=splits,
+            parts, parts if flags else coop_counters(M, x.device), SPLITS=splits,
             CHUNK=fwd_coop_chunk(x.dtype), SPLITS_P2=triton.next_power_of_2(splits), ACC_DTYPE=acc_dtype(x.dtype),
             ROUND_BF16=round_bf16_by_hand(x.dtype), STORE_RSTD=save_rstd, KEEP16=x.dtype == torch.bfloat16,
-            EVEN_N=fwd_coop_unmasked(x.dtype, N), num_warps=COOP_WARPS,
+            EVEN_N=fwd_coop_unmasked(x.dtype, N), FLAGS=flags, num_warps=COOP_WARPS,
         )  # fmt: skip
         return y, rstd
     _rms_norm_fwd_kernel[(M,)](

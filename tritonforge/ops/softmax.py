@@ -82,11 +82,17 @@ from tritonforge.kernel_utils import (
     coop_chunk,
     coop_counters,
     coop_splits,
+    coop_words,
     exp_shifted,
+    flagged,
     opaque_u32,
+    pack_floats,
     packs_bf16_rows,
+    publish_and_wait,
     round_bf16_by_hand,
     row_barrier,
+    word_hi,
+    word_lo,
 )
 from tritonforge.reference import softmax_bwd_ref, softmax_ref
 
@@ -345,6 +351,20 @@ def _softmax_bwd_split_write_kernel(dy_ptr, y_ptr, dx_ptr, dot_ptr, dy_row_strid
 
 
 @triton.jit
+def _row_dot(part, part_ptr, count_ptr, row, split, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr, FLAGS: tl.constexpr):
+    """The row's ``<dy, y>`` from every program's ``part``: with ``FLAGS`` (float32) through
+    :func:`~tritonforge.kernel_utils.publish_and_wait` (``part_ptr``: *[M, SPLITS] int64, zeroed;
+    ``count_ptr`` unused), else stored to ``part_ptr`` and read after :func:`~tritonforge.kernel_utils.row_barrier`."""
+    parts = tl.arange(0, SPLITS_P2)
+    if FLAGS:
+        words = publish_and_wait(part_ptr + row * SPLITS, split, flagged(part), SPLITS, SPLITS_P2)
+        return tl.sum(tl.where(parts < SPLITS, word_lo(words), 0.0), axis=0)
+    tl.store(part_ptr + row * SPLITS + split, part)
+    row_barrier(count_ptr + row, SPLITS)
+    return tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
+
+
+@triton.jit
 def _softmax_coop_kernel(
     x_ptr,  # *x [M, N]: row stride x_row_stride, unit column stride
     y_ptr,  # *y [M, N], contiguous
@@ -360,6 +380,7 @@ def _softmax_coop_kernel(
     ROUND_BF16: tl.constexpr,
     EVEN_N: tl.constexpr = False,  # N a multiple of CHUNK: no masks
     RESET: tl.constexpr = False,  # row_barrier's RESET (counters kept between launches)
+    FLAGS: tl.constexpr = False,  # float32 states: part_m_ptr is *[M, SPLITS] int64, zeroed (publish_and_wait); part_s_ptr, count_ptr unused
 ):
     """Program (row, chunk) of a cooperative row: the chunk's state, the row's barrier, the merge of
     every chunk's state (the same order in every program), then this chunk of y from registers:
@@ -376,12 +397,17 @@ def _softmax_coop_kernel(
     m = tl.max(x, axis=0)
     m_ref = tl.where(m == -float("inf"), 0.0, m)  # an all -inf chunk: (-inf, 0), e = 0
     e = exp_shifted(x, m_ref, y_ptr.dtype.element_ty)
-    tl.store(part_m_ptr + row * SPLITS + split, m)
-    tl.store(part_s_ptr + row * SPLITS + split, tl.sum(e, axis=0))
-    row_barrier(count_ptr + row, SPLITS, RESET)
     parts = tl.arange(0, SPLITS_P2)
-    ms = tl.load(part_m_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"), volatile=True)
-    ss = tl.load(part_s_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True)
+    if FLAGS:  # the chunk's (max, sum) is its word: the sum is >= 1, or the max is -inf (bits not zero)
+        words = publish_and_wait(part_m_ptr + row * SPLITS, split, pack_floats(m, tl.sum(e, axis=0)), SPLITS, SPLITS_P2)
+        ms = tl.where(parts < SPLITS, word_lo(words), -float("inf"))
+        ss = word_hi(words)
+    else:
+        tl.store(part_m_ptr + row * SPLITS + split, m)
+        tl.store(part_s_ptr + row * SPLITS + split, tl.sum(e, axis=0))
+        row_barrier(count_ptr + row, SPLITS, RESET)
+        ms = tl.load(part_m_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=-float("inf"), volatile=True)
+        ss = tl.load(part_s_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True)
     m_row = tl.max(ms, axis=0)
     s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)  # the merge rule
     # An all -inf chunk of a finite row: exp(-inf - m_row) = 0, so its y is 0 (e is 0 there too;
@@ -393,7 +419,8 @@ def _softmax_coop_kernel(
 
 @triton.jit
 def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, dy_row_stride, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr,
-                             SPLITS_P2: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
+                             SPLITS_P2: tl.constexpr, ACC_DTYPE: tl.constexpr, ROUND_BF16: tl.constexpr,
+                             FLAGS: tl.constexpr = False):  # fmt: skip
     """Program (row, chunk) of a cooperative row: this chunk's part of ``<dy, y>``, the barrier, the
     row's sum, then ``dx = y * (dy - dot)`` from registers: dy and y read once."""
     pid = tl.program_id(0)
@@ -403,10 +430,7 @@ def _softmax_bwd_coop_kernel(dy_ptr, y_ptr, dx_ptr, part_ptr, count_ptr, dy_row_
     mask = cols < N
     dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(ACC_DTYPE)
     y = tl.load(y_ptr + row * N + cols, mask=mask, other=0.0).to(ACC_DTYPE)
-    tl.store(part_ptr + row * SPLITS + split, tl.sum(dy * y, axis=0))
-    row_barrier(count_ptr + row, SPLITS)
-    parts = tl.arange(0, SPLITS_P2)
-    dot = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
+    dot = _row_dot(tl.sum(dy * y, axis=0), part_ptr, count_ptr, row, split, SPLITS, SPLITS_P2, FLAGS)
     tl.store(dx_ptr + row * N + cols, cast_for_store(y * (dy - dot), dx_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
@@ -423,6 +447,7 @@ def _softmax_bwd_coop_packed_kernel(
     WORDS: tl.constexpr,  # words each program holds: half its chunk's elements
     SPLITS_P2: tl.constexpr,
     ROUND_BF16: tl.constexpr,
+    FLAGS: tl.constexpr = False,  # as _row_dot's
 ):
     """The cooperative backward for bf16 rows of even length, read as 32-bit words of two elements.
     A program holds its chunks of dy and y across the barrier as loaded, 16 bits an element, and
@@ -440,11 +465,8 @@ def _softmax_bwd_coop_packed_kernel(
     yw = tl.load(y_ptr + row * NW + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
     # Each store's address is written before its value: the order the compiler then schedules in
     # (the same kernel with the values first took 59 registers a thread, not 48, and 831 us, not 797).
-    tl.store(part_ptr + row * SPLITS + split,
-             tl.sum(bf16_pair_lo(dw) * bf16_pair_lo(yw), axis=0) + tl.sum(bf16_pair_hi(dw) * bf16_pair_hi(yw), axis=0))  # fmt: skip
-    row_barrier(count_ptr + row, SPLITS)
-    parts = tl.arange(0, SPLITS_P2)
-    dot = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
+    part = tl.sum(bf16_pair_lo(dw) * bf16_pair_lo(yw), axis=0) + tl.sum(bf16_pair_hi(dw) * bf16_pair_hi(yw), axis=0)
+    dot = _row_dot(part, part_ptr, count_ptr, row, split, SPLITS, SPLITS_P2, FLAGS)
     dw = opaque_u32(dw)
     yw = opaque_u32(yw)
     tl.store(dx_ptr + row * NW + idx, bf16_pair(bf16_pair_lo(yw) * (bf16_pair_lo(dw) - dot), bf16_pair_hi(yw) * (bf16_pair_hi(dw) - dot),
@@ -598,11 +620,14 @@ def softmax_fwd(x: torch.Tensor) -> torch.Tensor:
     flags = dict(ACC_DTYPE=acc_dtype(x.dtype))
     rounding = round_bf16_by_hand(x.dtype)
     if p.strategy == "cooperative":
-        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-        m, s = _empty(M, p.splits, dtype=acc, device=x.device), _empty(M, p.splits, dtype=acc, device=x.device)
-        _softmax_coop_kernel[(M * p.splits,)](x_rows, y, m, s, coop_counters(M, x.device), x_rows.stride(0), N, SPLITS=p.splits, CHUNK=p.chunk,
-                                              SPLITS_P2=triton.next_power_of_2(p.splits), ROUND_BF16=rounding,
-                                              EVEN_N=coop_unmasked(x.dtype, N, p.chunk), num_warps=p.num_warps, **flags)  # fmt: skip
+        coop = dict(SPLITS=p.splits, CHUNK=p.chunk, SPLITS_P2=triton.next_power_of_2(p.splits), ROUND_BF16=rounding,
+                    EVEN_N=coop_unmasked(x.dtype, N, p.chunk), num_warps=p.num_warps, **flags)  # fmt: skip
+        if x.dtype != torch.float64:  # float32 states: each program's (max, sum) is its word (publish_and_wait)
+            words = coop_words(M, p.splits, x.device)
+            _softmax_coop_kernel[(M * p.splits,)](x_rows, y, words, words, words, x_rows.stride(0), N, FLAGS=True, **coop)
+            return y
+        m, s = _empty(M, p.splits, dtype=torch.float64, device=x.device), _empty(M, p.splits, dtype=torch.float64, device=x.device)
+        _softmax_coop_kernel[(M * p.splits,)](x_rows, y, m, s, coop_counters(M, x.device), x_rows.stride(0), N, **coop)
         return y
     if p.rows > 1:
         _softmax_fwd_rows_kernel[(triton.cdiv(M, p.rows),)](x_rows, y, x_rows.stride(0), M, N, ROWS=p.rows, BLOCK_N=p.block_n,
@@ -638,17 +663,20 @@ def softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     flags = dict(ACC_DTYPE=acc_dtype(y.dtype))
     rounding = round_bf16_by_hand(y.dtype)
     if p.strategy == "cooperative":
-        dots = _empty(M, p.splits, dtype=torch.float64 if y.dtype == torch.float64 else torch.float32, device=y.device)
+        coop = dict(SPLITS=p.splits, SPLITS_P2=triton.next_power_of_2(p.splits), ROUND_BF16=rounding, num_warps=p.num_warps)
+        if y.dtype == torch.float64:  # a float64 part fills a word: no room for a flag, so the counter
+            dots = _empty(M, p.splits, dtype=torch.float64, device=y.device)
+            _softmax_bwd_coop_kernel[(M * p.splits,)](dy_rows, y_rows, dx, dots, coop_counters(M, y.device), dy_rows.stride(0), N, CHUNK=p.chunk,
+                                                      **coop, **flags)  # fmt: skip
+            return dx
+        words = coop_words(M, p.splits, y.device)  # each program's part of <dy, y> is its word (publish_and_wait)
         if packs_bf16_rows(dy_rows, y_rows):  # bf16 rows of even length: held as loaded, two elements a word
             dy_words, y_words = dy_rows.view(torch.int32), y_rows.view(torch.int32)
-            _softmax_bwd_coop_packed_kernel[(M * p.splits,)](dy_words, y_words, dx.view(M, N).view(torch.int32), dots,
-                                                             coop_counters(M, y.device), dy_words.stride(0), N // 2, SPLITS=p.splits,
-                                                             WORDS=p.chunk // 2, SPLITS_P2=triton.next_power_of_2(p.splits),
-                                                             ROUND_BF16=rounding, num_warps=p.num_warps)  # fmt: skip
+            _softmax_bwd_coop_packed_kernel[(M * p.splits,)](dy_words, y_words, dx.view(M, N).view(torch.int32), words, words, dy_words.stride(0),
+                                                             N // 2, WORDS=p.chunk // 2, FLAGS=True, **coop)  # fmt: skip
             return dx
-        _softmax_bwd_coop_kernel[(M * p.splits,)](dy_rows, y_rows, dx, dots, coop_counters(M, y.device), dy_rows.stride(0), N,
-                                                  SPLITS=p.splits, CHUNK=p.chunk, SPLITS_P2=triton.next_power_of_2(p.splits),
-                                                  ROUND_BF16=rounding, num_warps=p.num_warps, **flags)  # fmt: skip
+        _softmax_bwd_coop_kernel[(M * p.splits,)](dy_rows, y_rows, dx, words, words, dy_rows.stride(0), N, CHUNK=p.chunk, FLAGS=True, **coop,
+                                                  **flags)  # fmt: skip
         return dx
     if p.strategy != "split":
         _softmax_bwd_kernel[(M,)](dy_rows, y_rows, dx, dy_rows.stride(0), N, BLOCK_N=p.block_n, ROW_FITS=p.strategy == "one-pass",
