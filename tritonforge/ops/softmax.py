@@ -358,10 +358,12 @@ def _row_dot(part, part_ptr, count_ptr, row, split, SPLITS: tl.constexpr, SPLITS
     parts = tl.arange(0, SPLITS_P2)
     if FLAGS:
         words = publish_and_wait(part_ptr + row * SPLITS, split, flagged(part), SPLITS, SPLITS_P2)
-        return tl.sum(tl.where(parts < SPLITS, word_lo(words), 0.0), axis=0)
-    tl.store(part_ptr + row * SPLITS + split, part)
-    row_barrier(count_ptr + row, SPLITS)
-    return tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
+        dot = tl.sum(tl.where(parts < SPLITS, word_lo(words), 0.0), axis=0)
+    else:
+        tl.store(part_ptr + row * SPLITS + split, part)
+        row_barrier(count_ptr + row, SPLITS)
+        dot = tl.sum(tl.load(part_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=0.0, volatile=True), axis=0)
+    return dot
 
 
 @triton.jit
