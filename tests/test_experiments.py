@@ -314,12 +314,18 @@ def test_coop_floor(tmp_path, mode):
         assert {r["op"] for r in rows if r["impl"] == "package kernel"} == {"softmax", "softmax-bwd", "rmsnorm"}
 
 
-def test_coop_flags(tmp_path):
+@pytest.mark.parametrize("mode", ["compare", "floor"])
+def test_coop_flags(tmp_path, mode):
     """Toy rows of one chunk: the kernels whose partials are their flag words (waiting by a load
-    and by atomics) give the right answer beside the package's, for each op and dtype."""
-    rows = checked_rows("coop_flags.py", tmp_path / "flags.json")
-    assert {(r["op"], r["dtype"], r["spin"]) for r in rows if r["impl"] == "flags"} == {
-        (op, dtype, spin) for op in ("softmax", "softmax-bwd", "rmsnorm") for dtype in ("bfloat16", "float32") for spin in ("load", "atomic")}
+    and by atomics; the package's with FLAGS) give the right answer beside the package's, for each
+    op and dtype, and the flag copies give their input back."""
+    rows = checked_rows("coop_flags.py", tmp_path / "flags.json", mode)
+    if mode == "compare":
+        assert {(r["op"], r["dtype"], r["spin"]) for r in rows if r["impl"] == "flags"} == {
+            (op, dtype, spin) for op in ("softmax", "softmax-bwd", "rmsnorm") for dtype in ("bfloat16", "float32") for spin in ("load", "atomic")}
+    else:
+        assert {r["impl"] for r in rows} == {"same-size copy", "tritonforge", "package kernel", "flag copy"}
+        assert all(r["err"] == 0 for r in rows if r["impl"] == "flag copy")
 
 
 @pytest.mark.parametrize("mode", ["softmax", "rmsnorm", "bwd-floor"])

@@ -22,8 +22,17 @@ Variants (``spin``): the row's words read by a volatile load (``load``) or by at
 elements); ``of_same_copy`` = the copy's time / the row's time. Device time (CUDA-graph replay,
 median); every variant is checked against float64 first.
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_flags.py OUT.json
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_flags.py OUT.json (a row is one chunk)
+Adopted (``kernel_utils.publish_and_wait``, the kernels' ``FLAGS``; float64 keeps the counter).
+Since then the ``package kernel`` rows of the default mode launch the package's kernels with their
+counter (``FLAGS`` off), as the package ran them when this was recorded.
+
+Mode ``floor``: at 64 rows, the package's kernels with their flag words at other chunks and
+warps (``FLOOR_CHUNKS``), each beside a ``flag copy``: programs that load their chunks (the
+backward's: of dy and y), publish a flag word, wait for the row's and store, no softmax. What the
+row's wait costs with flags, against each shape's same-size copy (``of_same_copy``).
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_flags.py OUT.json [compare|floor]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_flags.py OUT.json [compare|floor] (a row is one chunk)
 """
 
 import sys
@@ -40,12 +49,17 @@ from tritonforge.kernel_utils import (
     bf16_pair_lo,
     cast_for_store,
     coop_counters,
+    coop_words,
     exp_shifted,
+    flagged,
     opaque_u32,
+    pack_floats,
     packs_bf16_rows,
     round_bf16_by_hand,
     split_float,
     widen_bf16,
+    word_hi,
+    word_lo,
 )
 from tritonforge.ops import rmsnorm, softmax
 
@@ -73,30 +87,6 @@ def _publish_and_wait(words_ptr, split, word, SPLITS: tl.constexpr, SPLITS_P2: t
 
 
 @triton.jit
-def _pack(lo, hi):
-    """Two float32 as one int64 word, ``lo`` in the low half."""
-    lo_bits = lo.to(tl.uint32, bitcast=True).to(tl.uint64)
-    hi_bits = hi.to(tl.uint32, bitcast=True).to(tl.uint64)
-    return (lo_bits | (hi_bits << 32)).to(tl.int64, bitcast=True)
-
-
-@triton.jit
-def _flagged(value):
-    """A float32 as one int64 word: its bits in the low half, 1 in the high half (never zero)."""
-    return (value.to(tl.uint32, bitcast=True).to(tl.uint64) | (1 << 32)).to(tl.int64, bitcast=True)
-
-
-@triton.jit
-def _low(words):
-    return (words.to(tl.uint64, bitcast=True) & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _high(words):
-    return (words.to(tl.uint64, bitcast=True) >> 32).to(tl.uint32).to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def _softmax_flags_kernel(x_ptr, y_ptr, words_ptr, x_row_stride, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr, SPLITS_P2: tl.constexpr,
                           ROUND_BF16: tl.constexpr, EVEN_N: tl.constexpr, ATOMIC: tl.constexpr):  # fmt: skip
     """``softmax._softmax_coop_kernel`` (float32 arithmetic) with the chunk's (max, sum) as its flag word."""
@@ -109,9 +99,9 @@ def _softmax_flags_kernel(x_ptr, y_ptr, words_ptr, x_row_stride, N, SPLITS: tl.c
     m = tl.max(x, axis=0)
     m_ref = tl.where(m == -float("inf"), 0.0, m)
     e = exp_shifted(x, m_ref, y_ptr.dtype.element_ty)
-    words = _publish_and_wait(words_ptr + row * SPLITS, split, _pack(m, tl.sum(e, axis=0)), SPLITS, SPLITS_P2, ATOMIC)
-    ms = tl.where(tl.arange(0, SPLITS_P2) < SPLITS, _low(words), -float("inf"))
-    ss = _high(words)
+    words = _publish_and_wait(words_ptr + row * SPLITS, split, pack_floats(m, tl.sum(e, axis=0)), SPLITS, SPLITS_P2, ATOMIC)
+    ms = tl.where(tl.arange(0, SPLITS_P2) < SPLITS, word_lo(words), -float("inf"))
+    ss = word_hi(words)
     m_row = tl.max(ms, axis=0)
     s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)
     y = e * (tl.exp(m - m_row) / s_row)
@@ -121,7 +111,7 @@ def _softmax_flags_kernel(x_ptr, y_ptr, words_ptr, x_row_stride, N, SPLITS: tl.c
 @triton.jit
 def _partial_sum(words, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr):
     """The row's sum of the float32 partials in the words' low halves (the fixed order of a reduction)."""
-    return tl.sum(tl.where(tl.arange(0, SPLITS_P2) < SPLITS, _low(words), 0.0), axis=0)
+    return tl.sum(tl.where(tl.arange(0, SPLITS_P2) < SPLITS, word_lo(words), 0.0), axis=0)
 
 
 @triton.jit
@@ -135,7 +125,7 @@ def _softmax_bwd_flags_kernel(dy_ptr, y_ptr, dx_ptr, words_ptr, dy_row_stride, N
     mask = cols < N
     dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
     y = tl.load(y_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
-    words = _publish_and_wait(words_ptr + row * SPLITS, split, _flagged(tl.sum(dy * y, axis=0)), SPLITS, SPLITS_P2, ATOMIC)
+    words = _publish_and_wait(words_ptr + row * SPLITS, split, flagged(tl.sum(dy * y, axis=0)), SPLITS, SPLITS_P2, ATOMIC)
     dot = _partial_sum(words, SPLITS, SPLITS_P2)
     tl.store(dx_ptr + row * N + cols, cast_for_store(y * (dy - dot), dx_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
@@ -153,7 +143,7 @@ def _softmax_bwd_flags_packed_kernel(dy_ptr, y_ptr, dx_ptr, words_ptr, dy_row_st
     dw = tl.load(dy_ptr + row * dy_row_stride + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
     yw = tl.load(y_ptr + row * NW + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
     part = tl.sum(bf16_pair_lo(dw) * bf16_pair_lo(yw), axis=0) + tl.sum(bf16_pair_hi(dw) * bf16_pair_hi(yw), axis=0)
-    words = _publish_and_wait(words_ptr + row * SPLITS, split, _flagged(part), SPLITS, SPLITS_P2, ATOMIC)
+    words = _publish_and_wait(words_ptr + row * SPLITS, split, flagged(part), SPLITS, SPLITS_P2, ATOMIC)
     dot = _partial_sum(words, SPLITS, SPLITS_P2)
     dw = opaque_u32(dw)
     yw = opaque_u32(yw)
@@ -173,7 +163,7 @@ def _rms_norm_flags_kernel(x_ptr, w_ptr, y_ptr, x_row_stride, N, eps_hi, eps_lo,
     mask = None if EVEN_N else cols < N
     x_in = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=None if EVEN_N else 0.0)
     x = x_in.to(tl.float32)
-    words = _publish_and_wait(words_ptr + row * SPLITS, split, _flagged(tl.sum(x * x, axis=0)), SPLITS, SPLITS_P2, ATOMIC)
+    words = _publish_and_wait(words_ptr + row * SPLITS, split, flagged(tl.sum(x * x, axis=0)), SPLITS, SPLITS_P2, ATOMIC)
     if KEEP16:
         x = widen_bf16(x_in)
     w = tl.load(w_ptr + cols, mask=mask, other=None if EVEN_N else 0.0, eviction_policy="evict_last").to(tl.float32)
@@ -257,27 +247,123 @@ CASES = toy([("softmax", 4096, 131072), ("softmax", 512, 131072), ("softmax", 64
             [("softmax", 3, 256), ("softmax-bwd", 3, 256), ("rmsnorm", 3, 256)])  # fmt: skip
 """(op, rows, row length); bf16 and float32 each."""
 
+FLOOR_CASES = toy([("softmax", 64, 131072), ("softmax", 64, 262144), ("softmax-bwd", 64, 131072), ("softmax-bwd", 64, 262144)],
+                  [("softmax", 3, 256), ("softmax-bwd", 3, 256)])  # fmt: skip
+"""Mode ``floor``: (op, rows, row length); bf16 and float32 each."""
+FLOOR_CHUNKS = toy([(4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16), (32768, 16)], [(256, 1)])
+"""Mode ``floor``: (chunk, warps) of the flag copies and of the package's kernels."""
+
+
+@triton.jit
+def _flag_copy_kernel(a_ptr, b_ptr, out_ptr, words_ptr, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr, SPLITS_P2: tl.constexpr,
+                      TWO: tl.constexpr):  # fmt: skip
+    """Mode ``floor``: program (row, chunk) loads its chunk of a (and of b, ``TWO``: the backward's
+    traffic), publishes the max of the last as its flag word, waits for the row's words and stores
+    its chunk of a: the cooperative kernels' traffic and wait, no softmax."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    a = tl.load(a_ptr + row * N + cols, mask=mask, other=0.0)
+    last = tl.load(b_ptr + row * N + cols, mask=mask, other=0.0) if TWO else a
+    _publish_and_wait(words_ptr + row * SPLITS, split, flagged(tl.max(last.to(tl.float32), axis=0)), SPLITS, SPLITS_P2, True)
+    tl.store(out_ptr + row * N + cols, a, mask=mask)
+
+
+def package_flags_call(op, args, chunk, warps, info):
+    """The package's cooperative softmax kernel for ``op`` with its flag words (``FLAGS``, as its launcher
+    runs it since 4a83bfe) at ``chunk`` and ``warps``; the compiled kernel's registers go to ``info``."""
+    x, out = args[0], args[-1]
+    m, n = x.shape
+    splits = triton.cdiv(n, chunk)
+    common = dict(SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), ROUND_BF16=round_bf16_by_hand(x.dtype), FLAGS=True,
+                  num_warps=toy(warps, 1))  # fmt: skip
+
+    def call():
+        words = coop_words(m, splits, x.device)
+        if op == "softmax":
+            k = softmax._softmax_coop_kernel[(m * splits,)](x, out, words, words, words, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc_dtype(x.dtype),
+                                                            EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk), **common)  # fmt: skip
+        elif toy(packs_bf16_rows(x, args[1]), False):  # inline PTX: not in the interpreter
+            w = [t.view(torch.int32) for t in args]
+            k = softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*w, words, words, w[0].stride(0), n // 2, WORDS=chunk // 2, **common)
+        else:
+            k = softmax._softmax_bwd_coop_kernel[(m * splits,)](*args, words, words, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc_dtype(x.dtype),
+                                                                **common)  # fmt: skip
+        if not info and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+        return out
+
+    return call
+
+
+def same_size_rows(op, m, n, dtype, case):
+    """The shape's same-size copy (the backward's: 1.5 x the elements) and the package's call, checked and timed."""
+    ref, nbytes = case["ref"], case["nbytes"]
+    base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
+    src = torch.randn(m * n * (3 if op == "softmax-bwd" else 2) // 2, device=smoke.DEVICE).to(dtype)
+    dst = torch.empty_like(src)
+    return base, [smoke.checked_row({**base, "impl": "same-size copy"}, lambda: torch.mul(src, 1, out=dst), src.double(), nbytes, copy["gbps"]),
+                  smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"])]  # fmt: skip
+
+
+def finish(rows):
+    for row in rows:
+        if "device_us" in row and "device_us" in rows[0]:
+            row["of_same_copy"] = rows[0]["device_us"] / row["device_us"]
+    results.extend(rows)
+    smoke.save_rows(sys.argv[1], copy, results)
+
+
+def run_compare():
+    for op, m, n in CASES:
+        for dtype in (torch.bfloat16, torch.float32):
+            case = smoke.op_case(op, m, n, dtype)
+            args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
+            base, rows = same_size_rows(op, m, n, dtype, case)
+            chunk, warps = chunk_and_warps(op, dtype)
+            rows.append(smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps}, package_call(op, args, chunk, warps),
+                                          ref, nbytes, copy["gbps"]))  # fmt: skip
+            for spin in ("load", "atomic"):
+                rows.append(smoke.checked_row({**base, "impl": "flags", "spin": spin, "chunk": chunk, "warps": warps},
+                                              flags_call(op, args, chunk, warps, spin == "atomic"), ref, nbytes, copy["gbps"]))  # fmt: skip
+            finish(rows)
+    print("wrote", sys.argv[1])
+
+
+def run_floor():
+    for op, m, n in FLOOR_CASES:
+        for dtype in (torch.bfloat16, torch.float32):
+            case = smoke.op_case(op, m, n, dtype)
+            args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
+            base, rows = same_size_rows(op, m, n, dtype, case)
+            a, out = args[0], args[-1]
+            for chunk, warps in FLOOR_CHUNKS:
+                splits = triton.cdiv(n, chunk)
+                if not toy(1 < splits <= 128, True):
+                    continue
+                info = {}
+                row = smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps},
+                                        package_flags_call(op, args, chunk, warps, info), ref, nbytes, copy["gbps"])  # fmt: skip
+                rows.append({**row, **info})
+
+                def flag_copy(chunk=chunk, warps=warps, splits=splits):
+                    _flag_copy_kernel[(m * splits,)](a, args[1], out, coop_words(m, splits, a.device), n, SPLITS=splits, CHUNK=chunk,
+                                                     SPLITS_P2=triton.next_power_of_2(splits), TWO=op == "softmax-bwd",
+                                                     num_warps=toy(warps, 1))  # fmt: skip
+                    return out
+
+                rows.append(smoke.checked_row({**base, "impl": "flag copy", "chunk": chunk, "warps": warps}, flag_copy, a.double(), nbytes,
+                                              copy["gbps"]))  # fmt: skip
+            finish(rows)
+    print("wrote", sys.argv[1])
+
+
+MODE = sys.argv[2] if len(sys.argv) > 2 else "compare"
+if MODE not in ("compare", "floor"):
+    sys.exit(f"mode {MODE!r}: compare (default) or floor")
 copy = smoke.copy_ceiling()
 print("copy GB/s", round(copy["gbps"], 1), flush=True)
 results = []
-for op, m, n in CASES:
-    for dtype in (torch.bfloat16, torch.float32):
-        case = smoke.op_case(op, m, n, dtype)
-        args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
-        base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
-        src = torch.randn(m * n * (3 if op == "softmax-bwd" else 2) // 2, device=smoke.DEVICE).to(dtype)
-        dst = torch.empty_like(src)
-        chunk, warps = chunk_and_warps(op, dtype)
-        rows = [smoke.checked_row({**base, "impl": "same-size copy"}, lambda: torch.mul(src, 1, out=dst), src.double(), nbytes, copy["gbps"]),
-                smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"]),
-                smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps}, package_call(op, args, chunk, warps), ref,
-                                  nbytes, copy["gbps"])]  # fmt: skip
-        for spin in ("load", "atomic"):
-            rows.append(smoke.checked_row({**base, "impl": "flags", "spin": spin, "chunk": chunk, "warps": warps},
-                                          flags_call(op, args, chunk, warps, spin == "atomic"), ref, nbytes, copy["gbps"]))  # fmt: skip
-        for row in rows:
-            if "device_us" in row and "device_us" in rows[0]:
-                row["of_same_copy"] = rows[0]["device_us"] / row["device_us"]
-        results.extend(rows)
-        smoke.save_rows(sys.argv[1], copy, results)
-print("wrote", sys.argv[1])
+{"compare": run_compare, "floor": run_floor}[MODE]()
