@@ -269,7 +269,7 @@ def _flag_copy_kernel(a_ptr, b_ptr, out_ptr, words_ptr, N, SPLITS: tl.constexpr,
     last = tl.load(b_ptr + row * N + cols, mask=mask, other=0.0) if TWO else a
     words = _publish_and_wait(words_ptr + row * SPLITS, split, flagged(tl.max(last.to(tl.float32), axis=0)), SPLITS, SPLITS_P2, True)
     # the words in the mask (all > 0 after the wait): Triton 3.6 failed to compile the wait's loop with its result unused
-    tl.store(out_ptr + row * N + cols, a, mask=mask & (tl.min(words, axis=0) > 0))
+    tl.store(out_ptr + row * N + cols, a, mask=cols < N * (tl.min(words, axis=0) > 0).to(tl.int32))
 
 
 def package_flags_call(op, args, chunk, warps, info):
