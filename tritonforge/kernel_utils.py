@@ -133,6 +133,8 @@ def row_barrier(
     RESET: tl.constexpr = False,  # count out again after the wait; the last one out zeroes the counter
 ):
     """Arrive at the row's counter, then wait until all ``SPLITS`` programs of the row have.
+    The cooperative kernels use it for float64 only: float32 partials are their own arrival flags
+    (:func:`publish_and_wait`, one round trip to L2 after the wait instead of two).
 
     The release of the arrival makes this program's earlier stores (its partial statistic) visible
     to whoever acquires the counter after it; the acquire of the spin makes every sibling's visible

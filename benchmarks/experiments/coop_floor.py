@@ -235,8 +235,8 @@ results = []
 
 def package_call(op, args, chunk, warps, info, kept=None):
     """The package's cooperative kernel for ``op`` ("softmax", "softmax-bwd": the packed kernel for
-    bf16, "rmsnorm") launched as its launcher does, at ``chunk`` and ``warps``; with ``kept``
-    counters (softmax only) its barrier counts out and zeroes them (``RESET``), and no memset runs."""
+    bf16, "rmsnorm") launched as its launcher did until 4a83bfe (the counter barrier, ``FLAGS``
+    off), at ``chunk`` and ``warps``; with ``kept`` counters (softmax only) its barrier counts out and zeroes them (``RESET``), and no memset runs."""
     x, out = args[0], args[-1]
     m, n = x.shape
     splits = triton.cdiv(n, chunk)

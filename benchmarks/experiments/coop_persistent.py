@@ -192,7 +192,8 @@ def persistent_call(op, args, chunk, warps, per_sm, prefetch, info):
 
 
 def package_call(op, args, chunk, warps):
-    """The package's cooperative forward for ``op`` at ``chunk`` and ``warps``, launched as its launcher does."""
+    """The package's cooperative forward for ``op`` at ``chunk`` and ``warps``,
+    with its counter barrier (``FLAGS`` off), as the package launched it until 4a83bfe."""
     x, out = args[0], args[-1]
     m, n = x.shape
     splits = triton.cdiv(n, chunk)
