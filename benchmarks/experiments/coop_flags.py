@@ -26,7 +26,7 @@ Adopted (``kernel_utils.publish_and_wait``, the kernels' ``FLAGS``; float64 keep
 Since then the ``package kernel`` rows of the default mode launch the package's kernels with their
 counter (``FLAGS`` off), as the package ran them when this was recorded.
 
-Mode ``floor``: at 64 rows, the package's kernels with their flag words at other chunks and
+Mode ``floor``: at 64 rows (and 16384 rows of 32K), the package's kernels with their flag words at other chunks and
 warps (``FLOOR_CHUNKS``), each beside a ``flag copy``: programs that load their chunks (the
 backward's: of dy and y), publish a flag word, wait for the row's and store, no softmax. What the
 row's wait costs with flags, against each shape's same-size copy (``of_same_copy``).
@@ -248,9 +248,11 @@ CASES = toy([("softmax", 4096, 131072), ("softmax", 512, 131072), ("softmax", 64
             [("softmax", 3, 256), ("softmax-bwd", 3, 256), ("rmsnorm", 3, 256)])  # fmt: skip
 """(op, rows, row length); bf16 and float32 each."""
 
-FLOOR_CASES = toy([("softmax", 64, 131072), ("softmax", 64, 262144), ("softmax-bwd", 64, 131072), ("softmax-bwd", 64, 262144)],
+FLOOR_CASES = toy([("softmax", 64, 131072), ("softmax", 64, 262144), ("softmax-bwd", 64, 131072), ("softmax-bwd", 64, 262144),
+                   ("softmax", 16384, 32768)],
                   [("softmax", 3, 256), ("softmax-bwd", 3, 256)])  # fmt: skip
-"""Mode ``floor``: (op, rows, row length); bf16 and float32 each."""
+"""Mode ``floor``: (op, rows, row length); bf16 and float32 each. Rows of 32K take one pass in the
+package (bf16: the pipelined kernel, 0.93 of a same-size copy); here also cooperative rows."""
 FLOOR_CHUNKS = toy([(4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16), (32768, 16)], [(256, 1)])
 """Mode ``floor``: (chunk, warps) of the flag copies and of the package's kernels."""
 
