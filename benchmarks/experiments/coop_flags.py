@@ -48,7 +48,6 @@ from tritonforge.kernel_utils import (
     bf16_pair_hi,
     bf16_pair_lo,
     cast_for_store,
-    coop_counters,
     coop_words,
     exp_shifted,
     flagged,
@@ -200,39 +199,6 @@ def flags_call(op, args, chunk, warps, atomic):
     return call
 
 
-def package_call(op, args, chunk, warps):
-    """The package's cooperative kernel for ``op`` at ``chunk`` and ``warps``,
-    with its counter barrier (``FLAGS`` off), as the package launched it until 4a83bfe."""
-    x, out = args[0], args[-1]
-    m, n = x.shape
-    splits = triton.cdiv(n, chunk)
-    p2, acc, rounding = triton.next_power_of_2(splits), acc_dtype(x.dtype), round_bf16_by_hand(x.dtype)
-    parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
-    eps_hi, eps_lo = split_float(1e-6)
-
-    def call():
-        counters = coop_counters(m, x.device)
-        if op == "softmax":
-            softmax._softmax_coop_kernel[(m * splits,)](x, out, *parts, counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
-                                                        ACC_DTYPE=acc, ROUND_BF16=rounding, EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk),
-                                                        num_warps=toy(warps, 1))  # fmt: skip
-        elif op == "softmax-bwd" and toy(packs_bf16_rows(x, args[1]), False):
-            w = [t.view(torch.int32) for t in args]
-            softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*w, parts[0], counters, w[0].stride(0), n // 2, SPLITS=splits, WORDS=chunk // 2,
-                                                                   SPLITS_P2=p2, ROUND_BF16=rounding, num_warps=warps)  # fmt: skip
-        elif op == "softmax-bwd":
-            softmax._softmax_bwd_coop_kernel[(m * splits,)](*args, parts[0], counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
-                                                            ACC_DTYPE=acc, ROUND_BF16=rounding, num_warps=toy(warps, 1))  # fmt: skip
-        else:
-            rmsnorm._rms_norm_fwd_coop_kernel[(m * splits,)](
-                x, args[1], out, out, x.stride(0), out.stride(0), n, eps_hi, eps_lo, parts[0], counters, SPLITS=splits, CHUNK=chunk,
-                SPLITS_P2=p2, ACC_DTYPE=acc, ROUND_BF16=rounding, STORE_RSTD=False, KEEP16=x.dtype == torch.bfloat16,
-                EVEN_N=rmsnorm.fwd_coop_unmasked(x.dtype, n) and n % chunk == 0, num_warps=toy(warps, 1))  # fmt: skip
-        return out
-
-    return call
-
-
 def chunk_and_warps(op, dtype):
     """The package's: softmax forward (8192, 4), backward (8192, 8), RMSNorm bf16 (16384, 8), float32 (8192, 8)."""
     if op == "softmax":
@@ -327,7 +293,8 @@ def run_compare():
             args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
             base, rows = same_size_rows(op, m, n, dtype, case)
             chunk, warps = chunk_and_warps(op, dtype)
-            rows.append(smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps}, package_call(op, args, chunk, warps),
+            call = smoke.counter_kernel_call(op, args, chunk, warps)
+            rows.append(smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps}, call,
                                           ref, nbytes, copy["gbps"]))  # fmt: skip
             for spin in ("load", "atomic"):
                 rows.append(smoke.checked_row({**base, "impl": "flags", "spin": spin, "chunk": chunk, "warps": warps},

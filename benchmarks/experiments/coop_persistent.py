@@ -52,7 +52,6 @@ from tritonforge.kernel_utils import (
     split_float,
     widen_bf16,
 )
-from tritonforge.ops import rmsnorm, softmax
 
 import triton
 import triton.language as tl
@@ -191,32 +190,6 @@ def persistent_call(op, args, chunk, warps, per_sm, prefetch, info):
     return call
 
 
-def package_call(op, args, chunk, warps):
-    """The package's cooperative forward for ``op`` at ``chunk`` and ``warps``,
-    with its counter barrier (``FLAGS`` off), as the package launched it until 4a83bfe."""
-    x, out = args[0], args[-1]
-    m, n = x.shape
-    splits = triton.cdiv(n, chunk)
-    p2, acc, rounding = triton.next_power_of_2(splits), acc_dtype(x.dtype), round_bf16_by_hand(x.dtype)
-    parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
-    eps_hi, eps_lo = split_float(1e-6)
-
-    def call():
-        counters = coop_counters(m, x.device)
-        if op == "softmax":
-            softmax._softmax_coop_kernel[(m * splits,)](x, out, *parts, counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
-                                                        ACC_DTYPE=acc, ROUND_BF16=rounding, EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk),
-                                                        num_warps=toy(warps, 1))  # fmt: skip
-        else:
-            rmsnorm._rms_norm_fwd_coop_kernel[(m * splits,)](
-                x, args[1], out, out, x.stride(0), out.stride(0), n, eps_hi, eps_lo, parts[0], counters, SPLITS=splits, CHUNK=chunk,
-                SPLITS_P2=p2, ACC_DTYPE=acc, ROUND_BF16=rounding, STORE_RSTD=False, KEEP16=x.dtype == torch.bfloat16,
-                EVEN_N=rmsnorm.fwd_coop_unmasked(x.dtype, n) and n % chunk == 0, num_warps=toy(warps, 1))  # fmt: skip
-        return out
-
-    return call
-
-
 def same_size_copy(numel, dtype):
     """``torch.mul(x, 1, out=y)`` of ``numel`` elements: checked, then its device time."""
     src = torch.randn(numel, device=smoke.DEVICE).to(dtype)
@@ -242,7 +215,8 @@ def run_persistent(op):
         for chunk, warps in VARIANTS[op][dtype]:
             if not toy(1 < triton.cdiv(n, chunk) <= 128, True):
                 continue
-            rows.append(smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps}, package_call(op, args, chunk, warps),
+            call = smoke.counter_kernel_call(op, args, chunk, warps)
+            rows.append(smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps}, call,
                                           ref, nbytes, copy["gbps"]))  # fmt: skip
             for prefetch in (True, False):
                 for per_sm in PER_SM:

@@ -164,3 +164,42 @@ def ulp_stats(got: torch.Tensor, ref: torch.Tensor) -> dict:
     ok = ref.abs() >= tiny
     ulps = (got - ref).abs()[ok] / torch.exp2(torch.floor(torch.log2(ref.abs()[ok])) - bits)
     return {"max_ulp": ulps.max().item(), "share_over_half_ulp": (ulps > 0.5 + 1e-9).double().mean().item()}
+
+
+def counter_kernel_call(op: str, args: tuple, chunk: int, warps: int) -> Callable[[], torch.Tensor]:
+    """A call of the package's cooperative kernel for ``op`` ("softmax", "softmax-bwd": the packed
+    kernel for bf16 rows it can read as words, "rmsnorm") on ``op_case``'s ``args`` at ``chunk``
+    and ``warps``, with its counter barrier (``FLAGS`` off), as the package launched it until
+    4a83bfe; counters zeroed by a memset per call."""
+    from tritonforge.kernel_utils import acc_dtype, coop_counters, packs_bf16_rows, round_bf16_by_hand, split_float
+    from tritonforge.ops import rmsnorm, softmax
+
+    x, out = args[0], args[-1]
+    m, n = x.shape
+    splits = triton.cdiv(n, chunk)
+    p2, acc, rounding = triton.next_power_of_2(splits), acc_dtype(x.dtype), round_bf16_by_hand(x.dtype)
+    parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
+    eps_hi, eps_lo = split_float(1e-6)
+    num_warps = toy(warps, 1)
+
+    def call():
+        counters = coop_counters(m, x.device)
+        if op == "softmax":
+            softmax._softmax_coop_kernel[(m * splits,)](x, out, *parts, counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
+                                                        ACC_DTYPE=acc, ROUND_BF16=rounding, EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk),
+                                                        num_warps=num_warps)  # fmt: skip
+        elif op == "softmax-bwd" and toy(packs_bf16_rows(x, args[1]), False):  # inline PTX: not in the interpreter
+            w = [t.view(torch.int32) for t in args]
+            softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*w, parts[0], counters, w[0].stride(0), n // 2, SPLITS=splits, WORDS=chunk // 2,
+                                                                   SPLITS_P2=p2, ROUND_BF16=rounding, num_warps=warps)  # fmt: skip
+        elif op == "softmax-bwd":
+            softmax._softmax_bwd_coop_kernel[(m * splits,)](*args, parts[0], counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
+                                                            ACC_DTYPE=acc, ROUND_BF16=rounding, num_warps=num_warps)  # fmt: skip
+        else:
+            rmsnorm._rms_norm_fwd_coop_kernel[(m * splits,)](
+                x, args[1], out, out, x.stride(0), out.stride(0), n, eps_hi, eps_lo, parts[0], counters, SPLITS=splits, CHUNK=chunk,
+                SPLITS_P2=p2, ACC_DTYPE=acc, ROUND_BF16=rounding, STORE_RSTD=False, KEEP16=x.dtype == torch.bfloat16,
+                EVEN_N=rmsnorm.fwd_coop_unmasked(x.dtype, n) and n % chunk == 0, num_warps=num_warps)  # fmt: skip
+        return out
+
+    return call
