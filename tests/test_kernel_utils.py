@@ -17,8 +17,12 @@ from tritonforge.kernel_utils import (
     bf16_pair_lo,
     cast_for_store,
     exp_shifted,
+    flagged,
+    pack_floats,
     packs_bf16_rows,
     round_bf16_by_hand,
+    word_hi,
+    word_lo,
 )
 from tritonforge.ops.rmsnorm import rms_norm_fwd
 from tritonforge.reference import rms_norm_ref
@@ -48,6 +52,40 @@ def test_cast_for_store_rounds_to_nearest_even(dtype, device):
     expected = src.to(dtype)
     assert torch.equal(dst[:2], expected[:2]) and torch.isnan(dst[2])
     torch.testing.assert_close(dst[3:], expected[3:], rtol=0, atol=0)
+
+
+@triton.jit
+def _words_kernel(lo_ptr, hi_ptr, packed_ptr, flagged_ptr, lo_out_ptr, hi_out_ptr, flag_out_ptr, n, BLOCK: tl.constexpr):
+    """float32 pairs -> pack_floats words and flagged words -> their halves again."""
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    lo = tl.load(lo_ptr + offsets, mask=mask, other=0.0)
+    hi = tl.load(hi_ptr + offsets, mask=mask, other=0.0)
+    words = pack_floats(lo, hi)
+    flags = flagged(lo)
+    tl.store(packed_ptr + offsets, words, mask=mask)
+    tl.store(flagged_ptr + offsets, flags, mask=mask)
+    tl.store(lo_out_ptr + offsets, word_lo(words), mask=mask)
+    tl.store(hi_out_ptr + offsets, word_hi(words), mask=mask)
+    tl.store(flag_out_ptr + offsets, word_lo(flags), mask=mask)
+
+
+def test_flag_words(device):
+    """The cooperative kernels' flag words (publish_and_wait): two float32 pack into one int64 and
+    come back bit for bit, specials and subnormals included; a flagged word is never zero, whatever
+    its value, and a softmax state (m, s) with s >= 1 or m = -inf never packs to zero."""
+    lo = torch.randn(1000, device=device) * 100
+    hi = torch.rand(1000, device=device) * 1000 + 1  # a chunk's sum: >= 1
+    specials = torch.tensor([float("-inf"), float("inf"), float("nan"), 0.0, -0.0, 1e-45, -3e38], device=device)
+    lo[: len(specials)] = specials
+    hi[0] = 0.0  # an all -inf chunk: (-inf, 0)
+    packed, flags = (torch.zeros(1000, dtype=torch.int64, device=device) for _ in range(2))
+    lo_out, hi_out, flag_out = (torch.empty(1000, device=device) for _ in range(3))
+    _words_kernel[(1,)](lo, hi, packed, flags, lo_out, hi_out, flag_out, 1000, BLOCK=1024)
+    bits = lambda t: t.view(torch.int32)  # noqa: E731 - compare bit patterns (NaN, -0.0)
+    assert torch.equal(bits(lo_out), bits(lo)) and torch.equal(bits(hi_out), bits(hi)) and torch.equal(bits(flag_out), bits(lo))
+    assert torch.equal(packed, (bits(lo).long() & 0xFFFFFFFF) | (bits(hi).long() << 32))
+    assert bool((packed != 0).all()) and bool((flags != 0).all()) and bool(((flags >> 32) == 1).all())
 
 
 @triton.jit
