@@ -268,21 +268,8 @@ def package_flags_call(op, args, chunk, warps, info):
     return call
 
 
-def same_size_rows(op, m, n, dtype, case):
-    """The shape's same-size copy (the backward's: 1.5 x the elements) and the package's call, checked and timed."""
-    ref, nbytes = case["ref"], case["nbytes"]
-    base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
-    src = torch.randn(m * n * (3 if op == "softmax-bwd" else 2) // 2, device=smoke.DEVICE).to(dtype)
-    dst = torch.empty_like(src)
-    return base, [smoke.checked_row({**base, "impl": "same-size copy"}, lambda: torch.mul(src, 1, out=dst), src.double(), nbytes, copy["gbps"]),
-                  smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"])]  # fmt: skip
-
-
 def finish(rows):
-    for row in rows:
-        if "device_us" in row and "device_us" in rows[0]:
-            row["of_same_copy"] = rows[0]["device_us"] / row["device_us"]
-    results.extend(rows)
+    results.extend(smoke.with_of_same_copy(rows))
     smoke.save_rows(sys.argv[1], copy, results)
 
 
@@ -291,7 +278,7 @@ def run_compare():
         for dtype in (torch.bfloat16, torch.float32):
             case = smoke.op_case(op, m, n, dtype)
             args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
-            base, rows = same_size_rows(op, m, n, dtype, case)
+            base, rows = smoke.same_size_rows(op, m, n, dtype, case, copy["gbps"])
             chunk, warps = chunk_and_warps(op, dtype)
             call = smoke.counter_kernel_call(op, args, chunk, warps)
             rows.append(smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps}, call,
@@ -308,7 +295,7 @@ def run_floor():
         for dtype in (torch.bfloat16, torch.float32):
             case = smoke.op_case(op, m, n, dtype)
             args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
-            base, rows = same_size_rows(op, m, n, dtype, case)
+            base, rows = smoke.same_size_rows(op, m, n, dtype, case, copy["gbps"])
             a, out = args[0], args[-1]
             for chunk, warps in FLOOR_CHUNKS:
                 splits = triton.cdiv(n, chunk)

@@ -297,21 +297,14 @@ def run_few_rows():
         for dtype in DTYPES:
             case = smoke.op_case(op, m, n, dtype)
             args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
-            base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
-            src = torch.randn(m * n * (3 if op == "softmax-bwd" else 2) // 2, device=smoke.DEVICE).to(dtype)
-            dst = torch.empty_like(src)
-            rows = [smoke.checked_row({**base, "impl": "same-size copy"}, lambda: torch.mul(src, 1, out=dst), src.double(), nbytes, copy["gbps"]),
-                    smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"])]  # fmt: skip
+            base, rows = smoke.same_size_rows(op, m, n, dtype, case, copy["gbps"])
             for chunk, warps in FEW_CHUNKS:
                 if toy(1 < triton.cdiv(n, chunk) <= 128, True):
                     info = {}
                     row = smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps},
                                             package_call(op, args, chunk, warps, info), ref, nbytes, copy["gbps"])  # fmt: skip
                     rows.append({**row, **info})
-            for row in rows:
-                if "device_us" in row and "device_us" in rows[0]:
-                    row["of_same_copy"] = rows[0]["device_us"] / row["device_us"]
-            results.extend(rows)
+            results.extend(smoke.with_of_same_copy(rows))
             smoke.save_rows(sys.argv[1], copy, results)
     print("wrote", sys.argv[1])
 

@@ -190,28 +190,11 @@ def persistent_call(op, args, chunk, warps, per_sm, prefetch, info):
     return call
 
 
-def same_size_copy(numel, dtype):
-    """``torch.mul(x, 1, out=y)`` of ``numel`` elements: checked, then its device time."""
-    src = torch.randn(numel, device=smoke.DEVICE).to(dtype)
-    dst = torch.empty_like(src)
-    return smoke.checked_row({"impl": "same-size copy", "dtype": str(dtype)[6:]}, lambda: torch.mul(src, 1, out=dst), src.double(),
-                             2 * numel * src.element_size(), copy["gbps"])  # fmt: skip
-
-
-def with_fraction(rows, copy_row):
-    for row in rows:
-        if "device_us" in row and "device_us" in copy_row:
-            row["of_same_copy"] = copy_row["device_us"] / row["device_us"]
-    return rows
-
-
 def run_persistent(op):
     for m, n, dtype in CASES[op]:
         case = smoke.op_case(op, m, n, dtype)
         args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
-        base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
-        copy_row = {**base, **same_size_copy(m * n, dtype)}
-        rows = [copy_row, smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"])]
+        base, rows = smoke.same_size_rows(op, m, n, dtype, case, copy["gbps"])
         for chunk, warps in VARIANTS[op][dtype]:
             if not toy(1 < triton.cdiv(n, chunk) <= 128, True):
                 continue
@@ -225,7 +208,7 @@ def run_persistent(op):
                     row = smoke.checked_row({**base, "impl": "persistent", "chunk": chunk, "warps": warps, "prefetch": prefetch, "per_sm": per_sm},
                                             call, ref, nbytes, copy["gbps"])  # fmt: skip
                     rows.append({**row, **info})
-        results.extend(with_fraction(rows, copy_row))
+        results.extend(smoke.with_of_same_copy(rows))
         smoke.save_rows(sys.argv[1], copy, results)
     print("wrote", sys.argv[1])
 
@@ -233,10 +216,8 @@ def run_persistent(op):
 def run_bwd_floor():
     for m, n, dtype in BWD_CASES:
         case = smoke.op_case("softmax-bwd", m, n, dtype)
-        (dy, y, dx), ref, nbytes = case["args"], case["ref"], case["nbytes"]
-        base = {"op": "softmax-bwd", "shape": [m, n], "dtype": str(dtype)[6:]}
-        copy_row = {**base, **same_size_copy(m * n * 3 // 2, dtype)}
-        rows = [copy_row, smoke.checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], ref, nbytes, copy["gbps"])]
+        (dy, y, dx), nbytes = case["args"], case["nbytes"]
+        base, rows = smoke.same_size_rows("softmax-bwd", m, n, dtype, case, copy["gbps"])
         for chunk, warps in BWD_VARIANTS:
             splits = triton.cdiv(n, chunk)
             part = torch.empty(m, splits, device=dy.device, dtype=torch.float32)
@@ -248,7 +229,7 @@ def run_bwd_floor():
 
             rows.append(smoke.checked_row({**base, "impl": "barrier copy", "chunk": chunk, "warps": warps}, call, dy.double(), nbytes,
                                           copy["gbps"]))  # fmt: skip
-        results.extend(with_fraction(rows, copy_row))
+        results.extend(smoke.with_of_same_copy(rows))
         smoke.save_rows(sys.argv[1], copy, results)
     print("wrote", sys.argv[1])
 

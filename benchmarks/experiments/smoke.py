@@ -155,6 +155,26 @@ def op_case(op: str, m: int, n: int, dtype: torch.dtype) -> dict:
             "nbytes": 2 * m * n * x.element_size(), "plan": None}  # fmt: skip
 
 
+def same_size_rows(op: str, m: int, n: int, dtype: torch.dtype, case: dict, copy_gbps: float) -> tuple[dict, list]:
+    """The base keys of a cooperative-row case (``op_case``'s ``case``) and its first two rows, checked
+    and timed: the shape's same-size copy, ``torch.mul(x, 1, out=y)`` of as many bytes as ``op``
+    moves (the backward's: 1.5 x the elements), then the package's own call."""
+    base = {"op": op, "shape": [m, n], "dtype": str(dtype)[6:]}
+    nbytes = case["nbytes"]
+    src = torch.randn(m * n * (3 if op == "softmax-bwd" else 2) // 2, device=DEVICE).to(dtype)
+    dst = torch.empty_like(src)
+    return base, [checked_row({**base, "impl": "same-size copy"}, lambda: torch.mul(src, 1, out=dst), src.double(), nbytes, copy_gbps),
+                  checked_row({**base, "impl": "tritonforge", "plan": case["plan"]}, case["package"], case["ref"], nbytes, copy_gbps)]  # fmt: skip
+
+
+def with_of_same_copy(rows: list) -> list:
+    """``rows`` (the first: the same-size copy) with ``of_same_copy`` = the copy's time / the row's."""
+    for row in rows:
+        if "device_us" in row and "device_us" in rows[0]:
+            row["of_same_copy"] = rows[0]["device_us"] / row["device_us"]
+    return rows
+
+
 def ulp_stats(got: torch.Tensor, ref: torch.Tensor) -> dict:
     """Ulps of ``got``'s dtype against the float64 ``ref`` over the first rows, where ``ref`` is a
     normal number of that dtype: the largest, and the share more than half an ulp off."""
