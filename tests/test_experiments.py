@@ -37,6 +37,7 @@ KEPT = {
     "coop_exp.py",
     "coop_flags.py",
     "coop_floor.py",
+    "coop_hold.py",
     "coop_persistent.py",
     "coop_packed.py",
     "coop_publish.py",
@@ -326,6 +327,16 @@ def test_coop_flags(tmp_path, mode):
     else:
         assert {r["impl"] for r in rows} == {"same-size copy", "tritonforge", "package kernel", "flag copy"}
         assert all(r["err"] == 0 for r in rows if r["impl"] == "flag copy")
+
+
+@pytest.mark.parametrize("mode", ["short", "hold"])
+def test_coop_hold(tmp_path, mode):
+    """Toy rows of one chunk: the package's cooperative kernel at the short rows' chunks, and the
+    forward whose chunk is sub-rows with their own maxima, give the right answer beside the package."""
+    rows = checked_rows("coop_hold.py", tmp_path / "hold.json", mode)
+    assert {r["impl"] for r in rows} == {"same-size copy", "tritonforge", "package kernel"} | ({"sub"} if mode == "hold" else set())
+    if mode == "short":
+        assert {r["dtype"] for r in rows if r["impl"] == "package kernel"} == {"bfloat16", "float16"}
 
 
 @pytest.mark.parametrize("mode", ["softmax", "rmsnorm", "bwd-floor"])

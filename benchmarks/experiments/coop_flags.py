@@ -43,7 +43,6 @@ import smoke  # first: imports tritonforge before triton
 from smoke import toy
 from tritonforge.kernel_utils import (
     COOP_WARPS,
-    acc_dtype,
     bf16_pair,
     bf16_pair_hi,
     bf16_pair_lo,
@@ -241,33 +240,6 @@ def _flag_copy_kernel(a_ptr, b_ptr, out_ptr, words_ptr, N, SPLITS: tl.constexpr,
     tl.store(out_ptr + row * N + cols, a, mask=cols < N * (tl.min(words, axis=0) > 0).to(tl.int32))
 
 
-def package_flags_call(op, args, chunk, warps, info):
-    """The package's cooperative softmax kernel for ``op`` with its flag words (``FLAGS``, as its launcher
-    runs it since 4a83bfe) at ``chunk`` and ``warps``; the compiled kernel's registers go to ``info``."""
-    x, out = args[0], args[-1]
-    m, n = x.shape
-    splits = triton.cdiv(n, chunk)
-    common = dict(SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), ROUND_BF16=round_bf16_by_hand(x.dtype), FLAGS=True,
-                  num_warps=toy(warps, 1))  # fmt: skip
-
-    def call():
-        words = coop_words(m, splits, x.device)
-        if op == "softmax":
-            k = softmax._softmax_coop_kernel[(m * splits,)](x, out, words, words, words, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc_dtype(x.dtype),
-                                                            EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk), **common)  # fmt: skip
-        elif toy(packs_bf16_rows(x, args[1]), False):  # inline PTX: not in the interpreter
-            w = [t.view(torch.int32) for t in args]
-            k = softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*w, words, words, w[0].stride(0), n // 2, WORDS=chunk // 2, **common)
-        else:
-            k = softmax._softmax_bwd_coop_kernel[(m * splits,)](*args, words, words, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc_dtype(x.dtype),
-                                                                **common)  # fmt: skip
-        if not info and hasattr(k, "n_regs"):
-            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
-        return out
-
-    return call
-
-
 def finish(rows):
     results.extend(smoke.with_of_same_copy(rows))
     smoke.save_rows(sys.argv[1], copy, results)
@@ -303,7 +275,7 @@ def run_floor():
                     continue
                 info = {}
                 row = smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps},
-                                        package_flags_call(op, args, chunk, warps, info), ref, nbytes, copy["gbps"])  # fmt: skip
+                                        smoke.flags_kernel_call(op, args, chunk, warps, info), ref, nbytes, copy["gbps"])  # fmt: skip
                 rows.append({**row, **info})
 
                 def flag_copy(chunk=chunk, warps=warps, splits=splits):

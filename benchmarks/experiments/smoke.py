@@ -223,3 +223,35 @@ def counter_kernel_call(op: str, args: tuple, chunk: int, warps: int) -> Callabl
         return out
 
     return call
+
+
+def flags_kernel_call(op: str, args: tuple, chunk: int, warps: int, info: Optional[dict] = None) -> Callable[[], torch.Tensor]:
+    """A call of the package's cooperative softmax kernel for ``op`` ("softmax", "softmax-bwd": the
+    packed kernel for bf16 rows it can read as words) on ``op_case``'s ``args`` at ``chunk`` and
+    ``warps``, with its flag words (``FLAGS``, as its launcher runs it since 4a83bfe); words zeroed
+    by a memset per call. The compiled kernel's registers go to ``info`` where it is given (a GPU)."""
+    from tritonforge.kernel_utils import acc_dtype, coop_words, packs_bf16_rows, round_bf16_by_hand
+    from tritonforge.ops import softmax
+
+    x, out = args[0], args[-1]
+    m, n = x.shape
+    splits = triton.cdiv(n, chunk)
+    common = dict(SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), ROUND_BF16=round_bf16_by_hand(x.dtype), FLAGS=True,
+                  num_warps=toy(warps, 1))  # fmt: skip
+
+    def call():
+        words = coop_words(m, splits, x.device)
+        if op == "softmax":
+            k = softmax._softmax_coop_kernel[(m * splits,)](x, out, words, words, words, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc_dtype(x.dtype),
+                                                            EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk), **common)  # fmt: skip
+        elif toy(packs_bf16_rows(x, args[1]), False):  # inline PTX: not in the interpreter
+            w = [t.view(torch.int32) for t in args]
+            k = softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*w, words, words, w[0].stride(0), n // 2, WORDS=chunk // 2, **common)
+        else:
+            k = softmax._softmax_bwd_coop_kernel[(m * splits,)](*args, words, words, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc_dtype(x.dtype),
+                                                                **common)  # fmt: skip
+        if info is not None and not info and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+        return out
+
+    return call

@@ -1,0 +1,168 @@
+"""Cooperative rows, two questions left by the flag words (``coop_flags.py``).
+
+Mode ``short``: rows the package keeps whole in one program (up to 32K elements) cut into
+cooperative chunks instead? At 16384 x 32768 bf16 the package's pipelined one-pass kernel reaches
+0.93 of a same-size copy (543.7 us) and its cooperative kernel with flag words at chunks of 4096
+and 4 warps 0.95 (527.1 us; ``coop-flags-floor-nvidia-h200-2026-12-02.json``). Here 16-bit and
+float32 rows of 8K-32K at several row counts: ``tritonforge`` (its plan), beside the cooperative
+kernel at ``SHORT_CHUNKS`` (``smoke.flags_kernel_call``).
+
+Mode ``hold``: at 64 rows of 128K the data a program holds across its wait fills the register file
+(64 x 131072 float32 values are 32 MB; an H200's 132 SMs have 33 MB), so the programs run in two
+waves: the bf16 forward holds ``e`` in float32, the backward both dy and y (16 bits each). Variants:
+
+- ``reload`` (the backward): hold y (its words) across the wait and load dy again after it (from
+  L2, where it was just read): half the registers;
+- ``sub`` (the forward): the chunk as ``[CHUNK / SUB_N, SUB_N]``, one warp a sub-row (SUB_N: 8 or
+  4 elements a thread, 16 bytes), each sub-row its own max: a warp's exponentials need none of
+  the other warps' data, and the chunk's max and sum are merged from the sub-rows' (small).
+
+Each beside ``tritonforge`` and the package's kernel at the same chunk and warps. ``of_same_copy`` =
+the shape's same-size copy's time / the row's; device time (CUDA-graph replay, median); every
+variant is checked against float64 first.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/coop_hold.py OUT.json short|hold
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/coop_hold.py OUT.json short|hold
+"""
+
+import sys
+
+import torch
+
+import smoke  # first: imports tritonforge before triton
+from smoke import toy
+from tritonforge.kernel_utils import (
+    bf16_pair,
+    bf16_pair_hi,
+    bf16_pair_lo,
+    cast_for_store,
+    coop_words,
+    exp_shifted,
+    flagged,
+    opaque_u32,
+    pack_floats,
+    packs_bf16_rows,
+    publish_and_wait,
+    round_bf16_by_hand,
+    word_hi,
+    word_lo,
+)
+
+import triton
+import triton.language as tl
+
+SHORT_CASES = toy([(n, m) for n in (8192, 16384, 32768) for m in (256, 2048, 16384)], [(256, 3)])
+"""Mode ``short``: (row length, rows)."""
+SHORT_CHUNKS = toy([(2048, 4), (4096, 4), (8192, 4)], [(256, 1)])
+"""(chunk, warps); a toy row is one chunk: the interpreter runs programs one at a time."""
+HOLD_CASES = toy([(64, 131072), (64, 262144), (4096, 131072)], [(3, 256)])
+"""Mode ``hold``: (rows, row length), bf16."""
+HOLD_CHUNKS = toy([(4096, 4), (8192, 4), (8192, 8), (16384, 8)], [(256, 1)])
+
+
+@triton.jit
+def _softmax_sub_kernel(x_ptr, y_ptr, words_ptr, x_row_stride, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr, SUB_N: tl.constexpr,
+                        SPLITS_P2: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
+    """``softmax._softmax_coop_kernel`` (FLAGS) with the chunk as sub-rows of ``SUB_N``, each its own max."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    cols = split * CHUNK + tl.arange(0, CHUNK // SUB_N)[:, None] * SUB_N + tl.arange(0, SUB_N)[None, :]
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    m_sub = tl.max(x, axis=1)
+    e = exp_shifted(x, tl.where(m_sub == -float("inf"), 0.0, m_sub)[:, None], y_ptr.dtype.element_ty)
+    m = tl.max(m_sub, axis=0)
+    s = tl.sum(tl.where(m_sub == -float("inf"), 0.0, tl.sum(e, axis=1) * tl.exp(m_sub - m)), axis=0)
+    words = publish_and_wait(words_ptr + row * SPLITS, split, pack_floats(m, s), SPLITS, SPLITS_P2)
+    ms = tl.where(tl.arange(0, SPLITS_P2) < SPLITS, word_lo(words), -float("inf"))
+    ss = word_hi(words)
+    m_row = tl.max(ms, axis=0)
+    s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, ss * tl.exp(ms - m_row)), axis=0)
+    y = e * (tl.exp(m_sub - m_row) / s_row)[:, None]
+    tl.store(y_ptr + row * N + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_reload_kernel(dy_ptr, y_ptr, dx_ptr, words_ptr, dy_row_stride, NW, SPLITS: tl.constexpr, WORDS: tl.constexpr,
+                               SPLITS_P2: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
+    """``softmax._softmax_bwd_coop_packed_kernel`` (FLAGS) holding y's words across the wait and
+    loading dy's again after it."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    idx = split * WORDS + tl.arange(0, WORDS)
+    mask = idx < NW
+    dw = tl.load(dy_ptr + row * dy_row_stride + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    yw = tl.load(y_ptr + row * NW + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    part = tl.sum(bf16_pair_lo(dw) * bf16_pair_lo(yw), axis=0) + tl.sum(bf16_pair_hi(dw) * bf16_pair_hi(yw), axis=0)
+    words = publish_and_wait(words_ptr + row * SPLITS, split, flagged(part), SPLITS, SPLITS_P2)
+    dot = tl.sum(tl.where(tl.arange(0, SPLITS_P2) < SPLITS, word_lo(words), 0.0), axis=0)
+    yw = opaque_u32(yw)
+    dw = tl.load(dy_ptr + row * dy_row_stride + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    tl.store(dx_ptr + row * NW + idx, bf16_pair(bf16_pair_lo(yw) * (bf16_pair_lo(dw) - dot), bf16_pair_hi(yw) * (bf16_pair_hi(dw) - dot),
+                                                ROUND_BF16), mask=mask)  # fmt: skip
+
+
+def variant_call(kind, args, chunk, warps, info):
+    """A call of mode ``hold``'s variant ``kind`` ("sub" on a forward case, "reload" on a backward one)."""
+    x, out = args[0], args[-1]
+    m, n = x.shape
+    splits = triton.cdiv(n, chunk)
+    common = dict(SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=toy(warps, 1))
+
+    def call():
+        words = coop_words(m, splits, x.device)
+        if kind == "sub":
+            k = _softmax_sub_kernel[(m * splits,)](x, out, words, x.stride(0), n, CHUNK=chunk, SUB_N=toy(16 // x.element_size() * 32, 32),
+                                                   **common)  # fmt: skip
+        else:
+            w = [t.view(torch.int32) for t in args]
+            k = _softmax_bwd_reload_kernel[(m * splits,)](*w, words, w[0].stride(0), n // 2, WORDS=chunk // 2, **common)
+        if not info and hasattr(k, "n_regs"):
+            info.update(n_regs=k.n_regs, n_spills=k.n_spills)
+        return out
+
+    return call
+
+
+def timed_rows(op, m, n, dtype, chunks, variant=None):
+    """The case's same-size copy, ``tritonforge``, then at each of ``chunks`` the package's cooperative
+    kernel and (``variant``) mode ``hold``'s kernel; saved with ``of_same_copy``."""
+    case = smoke.op_case(op, m, n, dtype)
+    args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
+    base, rows = smoke.same_size_rows(op, m, n, dtype, case, copy["gbps"])
+    for chunk, warps in chunks:
+        if not toy(2, 1) <= triton.cdiv(n, chunk) <= 128:
+            continue
+        for impl in ("package kernel", variant) if variant else ("package kernel",):
+            info = {}
+            call = (smoke.flags_kernel_call(op, args, chunk, warps, info) if impl == "package kernel"
+                    else variant_call(variant, args, chunk, warps, info))  # fmt: skip
+            rows.append({**smoke.checked_row({**base, "impl": impl, "chunk": chunk, "warps": warps}, call, ref, nbytes, copy["gbps"]), **info})
+    results.extend(smoke.with_of_same_copy(rows))
+    smoke.save_rows(sys.argv[1], copy, results)
+
+
+def run_short():
+    for n, m in SHORT_CASES:
+        for dtype in (torch.bfloat16, torch.float16) if n < 32768 else (torch.bfloat16, torch.float16, torch.float32):
+            timed_rows("softmax", m, n, dtype, SHORT_CHUNKS)
+
+
+def run_hold():
+    for m, n in HOLD_CASES:
+        timed_rows("softmax", m, n, torch.bfloat16, HOLD_CHUNKS, "sub")
+        if toy(True, False):  # the reload kernel is packed: inline PTX, not in the interpreter
+            assert packs_bf16_rows(torch.empty(m, n, dtype=torch.bfloat16))
+            timed_rows("softmax-bwd", m, n, torch.bfloat16, HOLD_CHUNKS, "reload")
+
+
+MODE = sys.argv[2] if len(sys.argv) > 2 else ""
+if MODE not in ("short", "hold"):
+    sys.exit(f"mode {MODE!r}: short or hold")
+copy = smoke.copy_ceiling()
+print("copy GB/s", round(copy["gbps"], 1), flush=True)
+results = []
+{"short": run_short, "hold": run_hold}[MODE]()
+print("wrote", sys.argv[1])
