@@ -329,14 +329,21 @@ def test_coop_flags(tmp_path, mode):
         assert all(r["err"] == 0 for r in rows if r["impl"] == "flag copy")
 
 
-@pytest.mark.parametrize("mode", ["short", "hold"])
+@pytest.mark.parametrize("mode", ["short", "hold", "steps"])
 def test_coop_hold(tmp_path, mode):
-    """Toy rows of one chunk: the package's cooperative kernel at the short rows' chunks, and the
-    forward whose chunk is sub-rows with their own maxima, give the right answer beside the package."""
+    """Toy rows of one chunk: the package's cooperative kernel at the short rows' chunks; the
+    forward whose chunk is sub-rows with their own maxima; the steps from a flag copy to the
+    softmax (the polynomial exponentials within a bf16 ulp) and to the backward: the right answers."""
     rows = checked_rows("coop_hold.py", tmp_path / "hold.json", mode)
-    assert {r["impl"] for r in rows} == {"same-size copy", "tritonforge", "package kernel"} | ({"sub"} if mode == "hold" else set())
+    variants = {"short": set(), "hold": {"sub"}, "steps": {"steps"}}[mode]
+    assert {r["impl"] for r in rows} == {"same-size copy", "tritonforge", "package kernel"} | variants
     if mode == "short":
         assert {r["dtype"] for r in rows if r["impl"] == "package kernel"} == {"bfloat16", "float16"}
+    if mode == "steps":
+        assert {(r["op"], r["step"]) for r in rows if r["impl"] == "steps"} == {("softmax", s) for s in range(5)} | {
+            ("softmax-bwd", s) for s in range(3)}
+        assert all(r["err"] == 0 for r in rows if r["impl"] == "steps" and r["step"] <= 1)
+        assert all(r["max_ulp"] <= 1 for r in rows if r["impl"] == "steps" and r["step"] >= 2)
 
 
 @pytest.mark.parametrize("mode", ["softmax", "rmsnorm", "bwd-floor"])

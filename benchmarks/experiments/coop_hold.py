@@ -51,13 +51,17 @@ from tritonforge.kernel_utils import (
 import triton
 import triton.language as tl
 
-SHORT_CASES = toy([(n, m) for n in (8192, 16384, 32768) for m in (256, 2048, 16384)], [(256, 3)])
-"""Mode ``short``: (row length, rows)."""
+SIXTEEN = (torch.bfloat16, torch.float16)
+SHORT_CASES = toy([(n, m, SIXTEEN) for n in (8192, 16384) for m in (256, 2048, 16384)]
+                  + [(32768, m, (*SIXTEEN, torch.float32)) for m in (256, 2048, 16384)]
+                  + [(32768, m, (torch.float32,)) for m in (4096, 8192)], [(256, 3, SIXTEEN)])  # fmt: skip
+"""Mode ``short``: (row length, rows, dtypes)."""
 SHORT_CHUNKS = toy([(2048, 4), (4096, 4), (8192, 4)], [(256, 1)])
 """(chunk, warps); a toy row is one chunk: the interpreter runs programs one at a time."""
 HOLD_CASES = toy([(64, 131072), (64, 262144), (4096, 131072)], [(3, 256)])
 """Mode ``hold``: (rows, row length), bf16."""
 HOLD_CHUNKS = toy([(4096, 4), (8192, 4), (8192, 8), (16384, 8)], [(256, 1)])
+STEPS_CHUNKS = toy([(8192, 4), (8192, 8)], [(256, 1)])
 
 
 @triton.jit
@@ -104,20 +108,112 @@ def _softmax_bwd_reload_kernel(dy_ptr, y_ptr, dx_ptr, words_ptr, dy_row_stride, 
                                                 ROUND_BF16), mask=mask)  # fmt: skip
 
 
-def variant_call(kind, args, chunk, warps, info):
-    """A call of mode ``hold``'s variant ``kind`` ("sub" on a forward case, "reload" on a backward one)."""
+EXP2_POLY = (0.9999280720307991, 0.6932609877583421, 0.24261114787053215, 0.0551716687545781)
+"""Mode ``steps``: 2^f on [-0.5, 0.5], degree 3 (Lawson's weighted least squares on the relative
+error, 2001 Chebyshev nodes): at most 7.5e-5 off, a sixth of a bf16 half-ulp (2^-9)."""
+
+
+@triton.jit
+def _exp2_fma(t):
+    """2^t for float32 t <= 0 on the FMA and integer pipes, no MUFU: t + 1.5 * 2^23 rounds t to the
+    nearest integer n in its low bits, 2^(t - n) is the polynomial, n goes into the exponent
+    field by an integer add. Below 2^-125: 0."""
+    tc = tl.maximum(t, -125.0)
+    big = tc + 12582912.0
+    f = tc - (big - 12582912.0)
+    p = 0.9999280720307991 + f * (0.6932609877583421 + f * (0.24261114787053215 + f * 0.0551716687545781))
+    e = (p.to(tl.int32, bitcast=True) + (big.to(tl.int32, bitcast=True) << 23)).to(tl.float32, bitcast=True)
+    return tl.where(t < -125.0, 0.0, e)
+
+
+@triton.jit
+def _exp_half(x, m, POLY: tl.constexpr):
+    """exp(x - m) (x - m <= 0) for a 16-bit result: ``ex2.approx.ftz`` or, ``POLY``, :func:`_exp2_fma`."""
+    if POLY:
+        return _exp2_fma((x - m) * 1.4426950408889634)
+    return tl.exp2((x - m) * 1.4426950408889634)
+
+
+@triton.jit
+def _softmax_steps_kernel(x_ptr, y_ptr, words_ptr, N, SPLITS: tl.constexpr, CHUNK: tl.constexpr, SPLITS_P2: tl.constexpr,
+                          ROUND_BF16: tl.constexpr, STEP: tl.constexpr):  # fmt: skip
+    """Mode ``steps``, the forward (16-bit, contiguous rows), its chunk as two halves: ``STEP`` 0
+    publishes the chunk's max and stores x (a flag copy); 1 also takes the exponentials (MUFU)
+    for the sum, still storing x; 2 is the softmax (``e`` held, MUFU); 3 takes the second half's
+    exponentials by :func:`_exp2_fma`; 4 both halves'."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    ca = split * CHUNK + tl.arange(0, CHUNK // 2)
+    cb = ca + CHUNK // 2
+    xa = tl.load(x_ptr + row * N + ca, mask=ca < N, other=-float("inf")).to(tl.float32)
+    xb = tl.load(x_ptr + row * N + cb, mask=cb < N, other=-float("inf")).to(tl.float32)
+    m = tl.maximum(tl.max(xa, axis=0), tl.max(xb, axis=0))
+    if STEP == 0:
+        publish_and_wait(words_ptr + row * SPLITS, split, flagged(m), SPLITS, SPLITS_P2)
+        ya, yb = xa, xb
+    else:
+        m_ref = tl.where(m == -float("inf"), 0.0, m)
+        ea = _exp_half(xa, m_ref, STEP == 4)
+        eb = _exp_half(xb, m_ref, STEP >= 3)
+        words = publish_and_wait(words_ptr + row * SPLITS, split, pack_floats(m, tl.sum(ea, axis=0) + tl.sum(eb, axis=0)), SPLITS, SPLITS_P2)
+        ms = tl.where(tl.arange(0, SPLITS_P2) < SPLITS, word_lo(words), -float("inf"))
+        m_row = tl.max(ms, axis=0)
+        s_row = tl.sum(tl.where(ms == -float("inf"), 0.0, word_hi(words) * tl.exp(ms - m_row)), axis=0)
+        factor = tl.exp(m - m_row) / s_row
+        if STEP == 1:
+            ya, yb = xa + 0.0 * factor, xb + 0.0 * factor
+        else:
+            ya, yb = ea * factor, eb * factor
+    tl.store(y_ptr + row * N + ca, cast_for_store(ya, y_ptr.dtype.element_ty, ROUND_BF16), mask=ca < N)
+    tl.store(y_ptr + row * N + cb, cast_for_store(yb, y_ptr.dtype.element_ty, ROUND_BF16), mask=cb < N)
+
+
+@triton.jit
+def _softmax_bwd_steps_kernel(dy_ptr, y_ptr, dx_ptr, words_ptr, NW, SPLITS: tl.constexpr, WORDS: tl.constexpr, SPLITS_P2: tl.constexpr,
+                              ROUND_BF16: tl.constexpr, STEP: tl.constexpr):  # fmt: skip
+    """Mode ``steps``, the packed backward (bf16, contiguous rows): ``STEP`` 0 publishes the max of
+    y's chunk and stores dy (a flag copy of the backward's traffic); 1 publishes the chunk's part of
+    ``<dy, y>`` and stores dy; 2 stores dx, without the package's opaque moves."""
+    pid = tl.program_id(0)
+    row = (pid // SPLITS).to(tl.int64)
+    split = pid % SPLITS
+    idx = split * WORDS + tl.arange(0, WORDS)
+    mask = idx < NW
+    dw = tl.load(dy_ptr + row * NW + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    yw = tl.load(y_ptr + row * NW + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    if STEP == 0:
+        part = tl.maximum(tl.max(bf16_pair_lo(yw), axis=0), tl.max(bf16_pair_hi(yw), axis=0))
+    else:
+        part = tl.sum(bf16_pair_lo(dw) * bf16_pair_lo(yw), axis=0) + tl.sum(bf16_pair_hi(dw) * bf16_pair_hi(yw), axis=0)
+    words = publish_and_wait(words_ptr + row * SPLITS, split, flagged(part), SPLITS, SPLITS_P2)
+    dot = tl.sum(tl.where(tl.arange(0, SPLITS_P2) < SPLITS, word_lo(words), 0.0), axis=0)
+    if STEP <= 1:
+        out = (dw + (dot * 0.0).to(tl.uint32)).to(tl.int32, bitcast=True)
+    else:
+        out = bf16_pair(bf16_pair_lo(yw) * (bf16_pair_lo(dw) - dot), bf16_pair_hi(yw) * (bf16_pair_hi(dw) - dot), ROUND_BF16)
+    tl.store(dx_ptr + row * NW + idx, out, mask=mask)
+
+
+def variant_call(kind, args, chunk, warps, info, step=None):
+    """A call of a variant kernel: ``kind`` "sub" or "steps" on a forward case, "reload" or "steps"
+    on a backward one (``args`` of three tensors), at ``step`` for "steps"."""
     x, out = args[0], args[-1]
     m, n = x.shape
     splits = triton.cdiv(n, chunk)
     common = dict(SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=toy(warps, 1))
+    w = [t.view(torch.int32) for t in args] if len(args) == 3 else None
 
     def call():
         words = coop_words(m, splits, x.device)
         if kind == "sub":
             k = _softmax_sub_kernel[(m * splits,)](x, out, words, x.stride(0), n, CHUNK=chunk, SUB_N=toy(16 // x.element_size() * 32, 32),
                                                    **common)  # fmt: skip
+        elif kind == "steps" and w is None:
+            k = _softmax_steps_kernel[(m * splits,)](x, out, words, n, CHUNK=chunk, STEP=step, **common)
+        elif kind == "steps":
+            k = _softmax_bwd_steps_kernel[(m * splits,)](*w, words, n // 2, WORDS=chunk // 2, STEP=step, **common)
         else:
-            w = [t.view(torch.int32) for t in args]
             k = _softmax_bwd_reload_kernel[(m * splits,)](*w, words, w[0].stride(0), n // 2, WORDS=chunk // 2, **common)
         if not info and hasattr(k, "n_regs"):
             info.update(n_regs=k.n_regs, n_spills=k.n_spills)
@@ -126,43 +222,58 @@ def variant_call(kind, args, chunk, warps, info):
     return call
 
 
-def timed_rows(op, m, n, dtype, chunks, variant=None):
+def timed_rows(op, m, n, dtype, chunks, variants=()):
     """The case's same-size copy, ``tritonforge``, then at each of ``chunks`` the package's cooperative
-    kernel and (``variant``) mode ``hold``'s kernel; saved with ``of_same_copy``."""
+    kernel and each of ``variants`` ((kind, step) for :func:`variant_call`; steps that store their
+    input are checked against it, the others' ulps counted, ``smoke.ulp_stats``); saved with ``of_same_copy``."""
     case = smoke.op_case(op, m, n, dtype)
     args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
     base, rows = smoke.same_size_rows(op, m, n, dtype, case, copy["gbps"])
     for chunk, warps in chunks:
         if not toy(2, 1) <= triton.cdiv(n, chunk) <= 128:
             continue
-        for impl in ("package kernel", variant) if variant else ("package kernel",):
+        info = {}
+        row = smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps},
+                                smoke.flags_kernel_call(op, args, chunk, warps, info), ref, nbytes, copy["gbps"])  # fmt: skip
+        rows.append({**row, **info})
+        for kind, step in variants:
             info = {}
-            call = (smoke.flags_kernel_call(op, args, chunk, warps, info) if impl == "package kernel"
-                    else variant_call(variant, args, chunk, warps, info))  # fmt: skip
-            rows.append({**smoke.checked_row({**base, "impl": impl, "chunk": chunk, "warps": warps}, call, ref, nbytes, copy["gbps"]), **info})
+            copies = kind == "steps" and (step <= 1)
+            keys = {**base, "impl": kind, "chunk": chunk, "warps": warps, **({"step": step} if step is not None else {})}
+            row = smoke.checked_row(keys, variant_call(kind, args, chunk, warps, info, step), args[0].double() if copies else ref, nbytes,
+                                    copy["gbps"])  # fmt: skip
+            if not copies and "err" in row:  # the output of its last call
+                row.update(smoke.ulp_stats(args[-1], ref))
+            rows.append({**row, **info})
     results.extend(smoke.with_of_same_copy(rows))
     smoke.save_rows(sys.argv[1], copy, results)
 
 
 def run_short():
-    for n, m in SHORT_CASES:
-        for dtype in (torch.bfloat16, torch.float16) if n < 32768 else (torch.bfloat16, torch.float16, torch.float32):
+    for n, m, dtypes in SHORT_CASES:
+        for dtype in dtypes:
             timed_rows("softmax", m, n, dtype, SHORT_CHUNKS)
 
 
 def run_hold():
     for m, n in HOLD_CASES:
-        timed_rows("softmax", m, n, torch.bfloat16, HOLD_CHUNKS, "sub")
+        timed_rows("softmax", m, n, torch.bfloat16, HOLD_CHUNKS, [("sub", None)])
         if toy(True, False):  # the reload kernel is packed: inline PTX, not in the interpreter
             assert packs_bf16_rows(torch.empty(m, n, dtype=torch.bfloat16))
-            timed_rows("softmax-bwd", m, n, torch.bfloat16, HOLD_CHUNKS, "reload")
+            timed_rows("softmax-bwd", m, n, torch.bfloat16, HOLD_CHUNKS, [("reload", None)])
+
+
+def run_steps():
+    for m, n in HOLD_CASES:
+        timed_rows("softmax", m, n, torch.bfloat16, STEPS_CHUNKS, [("steps", step) for step in range(5)])
+        timed_rows("softmax-bwd", m, n, torch.bfloat16, STEPS_CHUNKS, [("steps", step) for step in range(3)])
 
 
 MODE = sys.argv[2] if len(sys.argv) > 2 else ""
-if MODE not in ("short", "hold"):
-    sys.exit(f"mode {MODE!r}: short or hold")
+if MODE not in ("short", "hold", "steps"):
+    sys.exit(f"mode {MODE!r}: short, hold or steps")
 copy = smoke.copy_ceiling()
 print("copy GB/s", round(copy["gbps"], 1), flush=True)
 results = []
-{"short": run_short, "hold": run_hold}[MODE]()
+{"short": run_short, "hold": run_hold, "steps": run_steps}[MODE]()
 print("wrote", sys.argv[1])
