@@ -319,27 +319,51 @@ def run_softmax(c: Case, M: int, N: int, dtype: torch.dtype, *, expected: Option
 
 
 @contextlib.contextmanager
-def softmax_online_plan() -> Iterator[None]:
-    """On a GPU, serve the shapes that would run cooperative or split with the online plan instead
-    (the op reaches it by itself only for rows over 1M elements with >= 264 rows). The plan is the
-    one the op would build, so the launch compiles the same kernel a real online call does."""
-    if SMALL:  # the interpreter reaches the online loop by itself (no cooperative path, few SMs)
-        yield
-        return
+def softmax_plan_rewritten(rewrite: Callable[[softmax_mod.Plan, int, torch.dtype, bool], softmax_mod.Plan]) -> Iterator[None]:
+    """Serve every softmax plan through ``rewrite(plan, N, dtype, backward)`` while the block runs.
+    The rewritten plan is one the op could build, so the launch compiles the kernel a real call does."""
     original = softmax_mod.plan
 
-    def online(M, N, dtype, device, backward=False):
-        p = original(M, N, dtype, device, backward)
+    def rewritten(M, N, dtype, device, backward=False):
+        return rewrite(original(M, N, dtype, device, backward), N, dtype, backward)
+
+    softmax_mod.plan = rewritten
+    try:
+        yield
+    finally:
+        softmax_mod.plan = original
+
+
+def softmax_online_plan() -> contextlib.AbstractContextManager:
+    """On a GPU, serve the shapes that would run cooperative or split with the online plan instead
+    (the op reaches it by itself only for rows over 1M elements with >= 264 rows)."""
+    if SMALL:  # the interpreter reaches the online loop by itself (no cooperative path, few SMs)
+        return contextlib.nullcontext()
+
+    def online(p, N, dtype, backward):
         if p.strategy in ("cooperative", "split"):
             block = softmax_mod.LOOP_BLOCK_N // (2 if dtype == torch.float64 else 1)
             return softmax_mod.Plan("online", block, softmax_mod._warps(block))
         return p
 
-    softmax_mod.plan = online
-    try:
-        yield
-    finally:
-        softmax_mod.plan = original
+    return softmax_plan_rewritten(online)
+
+
+def softmax_pipelined_plan() -> contextlib.AbstractContextManager:
+    """On an H100/H200, serve the forward's 16-bit rows in blocks of 32K with the pipelined plan
+    where they would be cooperative: since ``SHORT_COOP_CHUNK`` the op takes it by itself only for
+    rows too few to be cooperative (H200: up to 16 of 32K), one row a program; here its programs
+    loop over several rows."""
+    if one_pass_16bit_32k() != "one-pass pipelined":
+        return contextlib.nullcontext()
+    width = softmax_mod.ROW_FIT_LIMIT
+
+    def pipelined(p, N, dtype, backward):
+        if backward or dtype.itemsize != 2 or not width // 2 < N <= width:
+            return p
+        return softmax_mod.Plan("one-pass", width, softmax_mod._warps(width), stages=softmax_mod.PIPELINE_STAGES)
+
+    return softmax_plan_rewritten(pipelined)
 
 
 def one_pass_16bit_32k() -> str:
@@ -366,8 +390,11 @@ def _(c: Case) -> None:
 
 @case("softmax/pipelined")
 def _(c: Case) -> None:
-    # Persistent programs (one per SM) looping over 300 rows of 20000 in blocks of 32K.
-    run_softmax(c, pick(300, 5), pick(20000, 50), BF16, expected=one_pass_16bit_32k(), masked=True)
+    # Persistent programs (one per SM) looping over 300 rows of 20000 in blocks of 32K (a forced plan:
+    # so many rows are cooperative), then 16 rows of 32K, which take it by themselves (one row a program).
+    with softmax_pipelined_plan():
+        run_softmax(c, pick(300, 5), pick(20000, 50), BF16, expected=one_pass_16bit_32k(), masked=True)
+    run_softmax(c, pick(16, 3), pick(32768, 64), FP16, expected=one_pass_16bit_32k())
 
 
 @case("softmax/cooperative")
@@ -377,6 +404,8 @@ def _(c: Case) -> None:
     run_softmax(c, pick(24, 8), pick(100000, 100), BF16, expected="cooperative x13")
     run_softmax(c, pick(300, 9), pick(40000, 90), FP32, expected="cooperative x5", masked=True)  # more programs than fit at once
     run_softmax(c, pick(24, 8), pick(65536, 128), FP32, expected="cooperative x8", masked=True)  # whole chunks: no masks (EVEN_N)
+    # Rows of 16K-32K, cooperative in chunks of SHORT_COOP_CHUNK (4096): a ragged last chunk.
+    run_softmax(c, pick(300, 9), pick(20001, 90), FP16, expected="cooperative x5", masked=True)
 
 
 @case("softmax/split")

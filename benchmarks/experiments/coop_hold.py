@@ -150,8 +150,9 @@ def _softmax_steps_kernel(x_ptr, y_ptr, words_ptr, N, SPLITS: tl.constexpr, CHUN
     xb = tl.load(x_ptr + row * N + cb, mask=cb < N, other=-float("inf")).to(tl.float32)
     m = tl.maximum(tl.max(xa, axis=0), tl.max(xb, axis=0))
     if STEP == 0:
-        publish_and_wait(words_ptr + row * SPLITS, split, flagged(m), SPLITS, SPLITS_P2)
-        ya, yb = xa, xb
+        words = publish_and_wait(words_ptr + row * SPLITS, split, flagged(m), SPLITS, SPLITS_P2)
+        zero = 0.0 * tl.sum(word_hi(words), axis=0)  # the wait's result used: Triton 3.6 fails to compile it unused
+        ya, yb = xa + zero, xb + zero
     else:
         m_ref = tl.where(m == -float("inf"), 0.0, m)
         ea = _exp_half(xa, m_ref, STEP == 4)

@@ -174,10 +174,11 @@ def test_pipelined_plan_only_where_its_rows_fit_shared_memory():
     """One pass by persistent programs with 3 rows in flight: blocks of 32K elements whose 3 stages
     fit the device's shared memory (H200: bf16/fp16 rows of 16K-32K); not narrower rows (measured
     slower: bf16 and float32 rows of 16K), not float32 rows of 32K (384 KB), not a T4 (64 KB), not
-    the interpreter (no shared memory)."""
+    the interpreter (no shared memory); and only where the rows are too few for the cooperative
+    path (test_short_rows_cooperative_plan)."""
     h200 = dict(sms=132, fit=32768, loop_block=4096, max_splits=64, cooperative=True, shared=232448)
     pipelined = softmax_module.Plan("one-pass", 32768, 16, stages=softmax_module.PIPELINE_STAGES)
-    assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **h200) == pipelined
+    assert softmax_module._plan_cached(16, 32768, torch.bfloat16, **h200) == pipelined  # too few rows to be cooperative
     assert softmax_module._plan_cached(3, 20001, torch.float16, **h200) == pipelined
     assert softmax_module._plan_cached(16384, 16384, torch.bfloat16, **h200).stages == 1
     assert softmax_module._plan_cached(16384, 32768, torch.float32, **h200).stages == 1
@@ -185,6 +186,24 @@ def test_pipelined_plan_only_where_its_rows_fit_shared_memory():
     assert softmax_module._plan_cached(16384, 32768, torch.float16, **{**h200, "sms": 40, "shared": 65536}).stages == 1
     assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **{**h200, "cooperative": False, "shared": None}).stages == 1
     assert plan(16384, 32768, torch.bfloat16, torch.device("cpu")).stages == 1
+
+
+def test_short_rows_cooperative_plan():
+    """The forward's rows of 16K-32K elements (one block of ROW_FIT_LIMIT) on a GPU: cooperative in
+    chunks of 4096 (16-bit at any row count that fills the GPU; float32 below 32 rows an SM), not
+    rows of 16K or less, not the backward, not float64, not too few rows."""
+    h200 = dict(sms=132, fit=32768, loop_block=4096, max_splits=64, cooperative=True, shared=232448)
+    chunk = softmax_module.SHORT_COOP_CHUNK
+    assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **h200) == softmax_module.Plan("cooperative", chunk, 4, 8, chunk)
+    assert softmax_module._plan_cached(2048, 20001, torch.float16, **h200) == softmax_module.Plan("cooperative", chunk, 4, 5, chunk)
+    assert softmax_module._plan_cached(4096, 32768, torch.float32, **h200).strategy == "cooperative"
+    assert softmax_module._plan_cached(32 * 132, 32768, torch.float32, **h200) == softmax_module.Plan("one-pass", 32768, 16)
+    assert softmax_module._plan_cached(17, 32768, torch.bfloat16, **h200).strategy == "cooperative"  # 136 programs
+    assert softmax_module._plan_cached(16, 32768, torch.bfloat16, **h200).strategy == "one-pass"  # 128 < 132 SMs
+    assert softmax_module._plan_cached(16384, 16384, torch.bfloat16, **h200).strategy == "one-pass"
+    assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **h200, backward=True).strategy == "one-pass"
+    assert softmax_module._plan_cached(100, 16384, torch.float64, **{**h200, "fit": 32768}).strategy == "one-pass"
+    assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **{**h200, "cooperative": False, "shared": None}).strategy == "one-pass"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=_name)
@@ -197,7 +216,10 @@ def test_pipelined_kernel(monkeypatch, dtype, device):
 
     def forced(M, N, dtype, device, backward=False):
         p = real_plan(M, N, dtype, device, backward)
-        return p._replace(stages=softmax_module.PIPELINE_STAGES) if p.strategy == "one-pass" and not backward else p
+        width = 1 << (N - 1).bit_length()  # next power of two
+        if backward or width > softmax_module.ROW_FIT_LIMIT:
+            return p
+        return softmax_module.Plan("one-pass", width, softmax_module._warps(width), stages=softmax_module.PIPELINE_STAGES)
 
     monkeypatch.setattr(softmax_module, "plan", forced)
     for M, N in [(7, 37), (300, 100)] if device == "cpu" else [(7, 37), (300, 1000), (1000, 65536 // dtype.itemsize)]:  # 3 x 64 KB
@@ -304,13 +326,15 @@ def test_gpu_each_strategy_is_reached():
     assert plan(1, 131072, torch.bfloat16, device).strategy == "split"
     assert plan(4096, 2_000_000, torch.float32, device).strategy == "online"  # over COOP_MAX_SPLITS chunks
     if softmax_module.pipelines_rows(32768, torch.bfloat16, runtime.shared_memory_per_block(device)):  # an H100/H200
-        assert plan(16384, 32768, torch.bfloat16, device).stages == softmax_module.PIPELINE_STAGES
+        assert plan(16, 32768, torch.bfloat16, device).stages == softmax_module.PIPELINE_STAGES
+    assert plan(16384, 32768, torch.bfloat16, device).chunk == softmax_module.SHORT_COOP_CHUNK
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,dtype", [((300, 40001), torch.bfloat16), ((150, 1000003), torch.float32),
                                          ((64, 131072), torch.float16), ((40, 20000), torch.float64),
-                                         ((96, 65538), torch.bfloat16), ((72, 49152), torch.float32)], ids=str)  # fmt: skip
+                                         ((96, 65538), torch.bfloat16), ((72, 49152), torch.float32),
+                                         ((300, 20001), torch.float16), ((100, 32768), torch.float32)], ids=str)  # fmt: skip
 def test_gpu_cooperative_rows(shape, dtype):
     """Rows held by several programs that meet at a per-row barrier (chunk counts that are not a
     power of two included): y and dx within budget, a row strided inside a wider tensor, and

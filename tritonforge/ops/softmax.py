@@ -26,10 +26,12 @@ which needs only ``y`` (saved by the forward), never ``x``: read ``dy`` and ``y`
 Four forward strategies, chosen per call by :func:`plan`:
 
 - **one pass** (``N <= ROW_FIT_LIMIT``): one program per row holds the row in registers: read
-  once, write once (the least traffic, 2 tensors' worth). 16-bit rows of 16K-32K elements on a
-  GPU whose shared memory holds three of them take persistent programs instead, each
-  looping over rows with the next two loading while one reduces (``Plan.stages``; H200: 0.77 ->
-  0.93 of a copy), and 16-bit rows of 512-2K take two rows a program (``Plan.rows``);
+  once, write once (the least traffic, 2 tensors' worth). Rows of 16K-32K elements on a GPU
+  are cooperative in chunks of 4096 where there are enough of them (16-bit; float32 below 32 rows
+  an SM: ``SHORT_COOP_CHUNK``; H200, bf16 16384 x 32768: 0.93 -> 0.95 of a same-size copy); fewer
+  16-bit ones, on a GPU whose shared memory holds three, take persistent programs, each looping
+  over rows with the next two loading while one reduces (``Plan.stages``; H200: 0.77 -> 0.93 of
+  a copy at 16384 rows), and 16-bit rows of 512-2K take two rows a program (``Plan.rows``);
 - **cooperative** (longer rows on a GPU, enough of them to give every SM a program): each row is
   held by ``cdiv(N, COOP_CHUNK)`` programs, each its chunk in registers; they publish their
   chunks' states, meet at a per-row barrier (:func:`~tritonforge.kernel_utils.row_barrier`), merge
@@ -495,7 +497,8 @@ INTERPRETER_SMS = 4
 
 PIPELINE_MIN_WIDTH = 32768
 """Rows this wide (as one block) take the pipelined persistent kernel where ``PIPELINE_STAGES`` of
-them fit the device's shared memory: 16-bit rows of 16K-32K elements on an H100/H200. H200, bf16
+them fit the device's shared memory: 16-bit rows of 16K-32K elements on an H100/H200, since
+``SHORT_COOP_CHUNK`` only where too few to be cooperative (H200: up to 16 rows). H200, bf16
 16384 x 32768: a program per row 655 us device time (0.77 of a copy), persistent with 3 stages
 545 us (0.93; benchmarks/experiments/row-schedules-nvidia-h200-2026-12-01.json). Narrower rows
 keep a program each: bf16 16384 x 16384 lost with it (269 -> 283-296 us, same file) and so did
@@ -530,6 +533,34 @@ thread; the backward keeps ``kernel_utils.COOP_WARPS``). H200, device time, 8 ->
 640.6 -> 617.2 us, 512 x 131072 85.9 -> 82.4; float32 1082.9 -> 1074.4, 64 x 262144 40.3 -> 39.7;
 64 rows of 128K level. 48 -> 80 registers a thread, yet six programs an SM where five fit before:
 more rows in flight to cover the wait. float64 (half the chunk) keeps 8 warps: not measured."""
+
+
+SHORT_COOP_CHUNK = 4096
+"""The forward's chunk for rows held whole by one program up to now (16K-32K elements, a block of
+``ROW_FIT_LIMIT``): cooperative in chunks of 4096 with ``COOP_FWD_WARPS``, where one program a row
+(pipelined or not) left bandwidth unused. H200, device time, fraction of a same-size copy
+(benchmarks/experiments/coop-hold-short-nvidia-h200-2026-12-02.json), one program a row -> chunks
+of 4096: bf16 16384 x 32768 0.93 -> 0.95, 2048 x 32768 0.85 -> 0.94, 256 x 32768 0.52 -> 0.65;
+fp16 0.90 -> 0.96; float32 256 x 32768 0.73 -> 0.88, 2048 x 32768 0.95 -> 0.96, level at 4096
+rows and lost from 8192 (0.977 -> 0.968; ``SHORT_COOP_FP32_ROWS_PER_SM``). Chunks of 2048 and
+8192 were slower; rows of 8K-16K (one program each) kept theirs: bf16 16384 x 16384 0.965 against
+0.946 in chunks."""
+
+SHORT_COOP_FP32_ROWS_PER_SM = 32
+"""float32 rows of 16K-32K go cooperative while there are fewer than this many a SM (H200: 4224):
+one program a row holds 128 KB of registers, one program an SM, and the last of few waves runs
+part-empty; many rows hide it."""
+
+
+def short_coop_splits(M: int, N: int, dtype: torch.dtype, sms: Optional[int], fit: int = ROW_FIT_LIMIT) -> int:
+    """Programs a row for the forward's rows of 16K-32K elements (a block of ``fit``) in chunks of
+    ``SHORT_COOP_CHUNK`` (``kernel_utils.coop_splits``'s conditions: a GPU, enough rows), or 0: one
+    program a row."""
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32) or sms is None:
+        return 0
+    if triton.next_power_of_2(max(N, 1)) != fit or (dtype == torch.float32 and M >= SHORT_COOP_FP32_ROWS_PER_SM * sms):
+        return 0
+    return coop_splits(M, N, dtype, sms, SHORT_COOP_CHUNK)
 
 
 def pipelines_rows(width: int, dtype: torch.dtype, shared: Optional[int]) -> bool:
@@ -579,6 +610,9 @@ def _plan_cached(M: int, N: int, dtype: torch.dtype, sms: int, fit: int, loop_bl
     if width <= fit:
         if backward:
             return Plan("one-pass", width, _warps(width))
+        short = short_coop_splits(M, N, dtype, sms if cooperative else None, fit)
+        if short:
+            return Plan("cooperative", SHORT_COOP_CHUNK, COOP_FWD_WARPS, short, SHORT_COOP_CHUNK)
         if pipelines_rows(width, dtype, shared):
             return Plan("one-pass", width, _warps(width), stages=PIPELINE_STAGES)
         if cooperative and dtype.itemsize == 2 and ROWS_MIN_WIDTH <= width <= ROWS_MAX_WIDTH:  # on a GPU
