@@ -88,6 +88,16 @@ def _softmax_sub_kernel(x_ptr, y_ptr, words_ptr, x_row_stride, N, SPLITS: tl.con
 
 
 @triton.jit
+def _packed_chunks(dy_ptr, y_ptr, dy_row_stride, NW, row, split, WORDS: tl.constexpr):
+    """Program (row, split)'s words of dy and y (bf16 pairs as ``uint32``), their indices and mask."""
+    idx = split * WORDS + tl.arange(0, WORDS)
+    mask = idx < NW
+    dw = tl.load(dy_ptr + row * dy_row_stride + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    yw = tl.load(y_ptr + row * NW + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    return idx, mask, dw, yw
+
+
+@triton.jit
 def _softmax_bwd_reload_kernel(dy_ptr, y_ptr, dx_ptr, words_ptr, dy_row_stride, NW, SPLITS: tl.constexpr, WORDS: tl.constexpr,
                                SPLITS_P2: tl.constexpr, ROUND_BF16: tl.constexpr):  # fmt: skip
     """``softmax._softmax_bwd_coop_packed_kernel`` (FLAGS) holding y's words across the wait and
@@ -95,10 +105,7 @@ def _softmax_bwd_reload_kernel(dy_ptr, y_ptr, dx_ptr, words_ptr, dy_row_stride, 
     pid = tl.program_id(0)
     row = (pid // SPLITS).to(tl.int64)
     split = pid % SPLITS
-    idx = split * WORDS + tl.arange(0, WORDS)
-    mask = idx < NW
-    dw = tl.load(dy_ptr + row * dy_row_stride + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
-    yw = tl.load(y_ptr + row * NW + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    idx, mask, dw, yw = _packed_chunks(dy_ptr, y_ptr, dy_row_stride, NW, row, split, WORDS)
     part = tl.sum(bf16_pair_lo(dw) * bf16_pair_lo(yw), axis=0) + tl.sum(bf16_pair_hi(dw) * bf16_pair_hi(yw), axis=0)
     words = publish_and_wait(words_ptr + row * SPLITS, split, flagged(part), SPLITS, SPLITS_P2)
     dot = tl.sum(tl.where(tl.arange(0, SPLITS_P2) < SPLITS, word_lo(words), 0.0), axis=0)
@@ -179,10 +186,7 @@ def _softmax_bwd_steps_kernel(dy_ptr, y_ptr, dx_ptr, words_ptr, NW, SPLITS: tl.c
     pid = tl.program_id(0)
     row = (pid // SPLITS).to(tl.int64)
     split = pid % SPLITS
-    idx = split * WORDS + tl.arange(0, WORDS)
-    mask = idx < NW
-    dw = tl.load(dy_ptr + row * NW + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
-    yw = tl.load(y_ptr + row * NW + idx, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    idx, mask, dw, yw = _packed_chunks(dy_ptr, y_ptr, NW, NW, row, split, WORDS)
     if STEP == 0:
         part = tl.maximum(tl.max(bf16_pair_lo(yw), axis=0), tl.max(bf16_pair_hi(yw), axis=0))
     else:
