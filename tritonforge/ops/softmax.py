@@ -547,9 +547,9 @@ rows and lost from 8192 (0.977 -> 0.968; ``SHORT_COOP_FP32_ROWS_PER_SM``). Chunk
 0.946 in chunks."""
 
 SHORT_COOP_FP32_ROWS_PER_SM = 32
-"""float32 rows of 16K-32K go cooperative while there are fewer than this many a SM (H200: 4224):
-one program a row holds 128 KB of registers, one program an SM, and the last of few waves runs
-part-empty; many rows hide it."""
+"""float32 rows of 16K-32K go cooperative while there are fewer than this many a SM (H200: 4224).
+A program that holds a whole row keeps its 128 KB in registers, so few fit an SM and the last of
+few waves runs part-empty; many rows hide it (a reading of the measurements, not itself measured)."""
 
 
 def short_coop_splits(M: int, N: int, dtype: torch.dtype, sms: Optional[int], fit: int = ROW_FIT_LIMIT) -> int:
