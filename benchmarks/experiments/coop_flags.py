@@ -252,7 +252,7 @@ def run_compare():
             args, ref, nbytes = case["args"], case["ref"], case["nbytes"]
             base, rows = smoke.same_size_rows(op, m, n, dtype, case, copy["gbps"])
             chunk, warps = chunk_and_warps(op, dtype)
-            call = smoke.counter_kernel_call(op, args, chunk, warps)
+            call = smoke.coop_kernel_call(op, args, chunk, warps)
             rows.append(smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps}, call,
                                           ref, nbytes, copy["gbps"]))  # fmt: skip
             for spin in ("load", "atomic"):
@@ -275,7 +275,7 @@ def run_floor():
                     continue
                 info = {}
                 row = smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps},
-                                        smoke.flags_kernel_call(op, args, chunk, warps, info), ref, nbytes, copy["gbps"])  # fmt: skip
+                                        smoke.coop_kernel_call(op, args, chunk, warps, flags=True, info=info), ref, nbytes, copy["gbps"])  # fmt: skip
                 rows.append({**row, **info})
 
                 def flag_copy(chunk=chunk, warps=warps, splits=splits):

@@ -5,7 +5,7 @@ cooperative chunks instead? At 16384 x 32768 bf16 the package's pipelined one-pa
 0.93 of a same-size copy (543.7 us) and its cooperative kernel with flag words at chunks of 4096
 and 4 warps 0.95 (527.1 us; ``coop-flags-floor-nvidia-h200-2026-12-02.json``). Here 16-bit and
 float32 rows of 8K-32K at several row counts: ``tritonforge`` (its plan), beside the cooperative
-kernel at ``SHORT_CHUNKS`` (``smoke.flags_kernel_call``).
+kernel at ``SHORT_CHUNKS`` (``smoke.coop_kernel_call``).
 
 Mode ``hold``: at 64 rows of 128K the data a program holds across its wait fills the register file
 (64 x 131072 float32 values are 32 MB; an H200's 132 SMs have 33 MB), so the programs run in two
@@ -239,7 +239,7 @@ def timed_rows(op, m, n, dtype, chunks, variants=()):
             continue
         info = {}
         row = smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps},
-                                smoke.flags_kernel_call(op, args, chunk, warps, info), ref, nbytes, copy["gbps"])  # fmt: skip
+                                smoke.coop_kernel_call(op, args, chunk, warps, flags=True, info=info), ref, nbytes, copy["gbps"])  # fmt: skip
         rows.append({**row, **info})
         for kind, step in variants:
             info = {}

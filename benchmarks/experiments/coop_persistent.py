@@ -198,7 +198,7 @@ def run_persistent(op):
         for chunk, warps in VARIANTS[op][dtype]:
             if not toy(1 < triton.cdiv(n, chunk) <= 128, True):
                 continue
-            call = smoke.counter_kernel_call(op, args, chunk, warps)
+            call = smoke.coop_kernel_call(op, args, chunk, warps)
             rows.append(smoke.checked_row({**base, "impl": "package kernel", "chunk": chunk, "warps": warps}, call,
                                           ref, nbytes, copy["gbps"]))  # fmt: skip
             for prefetch in (True, False):

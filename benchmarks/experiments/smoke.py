@@ -186,70 +186,46 @@ def ulp_stats(got: torch.Tensor, ref: torch.Tensor) -> dict:
     return {"max_ulp": ulps.max().item(), "share_over_half_ulp": (ulps > 0.5 + 1e-9).double().mean().item()}
 
 
-def counter_kernel_call(op: str, args: tuple, chunk: int, warps: int) -> Callable[[], torch.Tensor]:
+def coop_kernel_call(op: str, args: tuple, chunk: int, warps: int, flags: bool = False,
+                     info: Optional[dict] = None) -> Callable[[], torch.Tensor]:  # fmt: skip
     """A call of the package's cooperative kernel for ``op`` ("softmax", "softmax-bwd": the packed
     kernel for bf16 rows it can read as words, "rmsnorm") on ``op_case``'s ``args`` at ``chunk``
-    and ``warps``, with its counter barrier (``FLAGS`` off), as the package launched it until
-    4a83bfe; counters zeroed by a memset per call."""
-    from tritonforge.kernel_utils import acc_dtype, coop_counters, packs_bf16_rows, round_bf16_by_hand, split_float
+    and ``warps``: with its counter barrier (``FLAGS`` off, as the package launched it until
+    4a83bfe; counters zeroed by a memset per call) or, ``flags`` (the softmax kernels only), with
+    its flag words as its launcher runs it since (words zeroed by a memset per call). The compiled
+    kernel's registers go to ``info`` where it is given (a GPU)."""
+    from tritonforge.kernel_utils import acc_dtype, coop_counters, coop_words, packs_bf16_rows, round_bf16_by_hand, split_float
     from tritonforge.ops import rmsnorm, softmax
 
+    if flags and op == "rmsnorm":
+        raise ValueError("coop_kernel_call: flags for the softmax kernels only")
     x, out = args[0], args[-1]
     m, n = x.shape
     splits = triton.cdiv(n, chunk)
     p2, acc, rounding = triton.next_power_of_2(splits), acc_dtype(x.dtype), round_bf16_by_hand(x.dtype)
     parts = [torch.empty(m, splits, device=x.device, dtype=torch.float32) for _ in range(2)]
     eps_hi, eps_lo = split_float(1e-6)
-    num_warps = toy(warps, 1)
+    common = dict(SPLITS=splits, SPLITS_P2=p2, ROUND_BF16=rounding, num_warps=toy(warps, 1), **({"FLAGS": True} if flags else {}))
 
     def call():
-        counters = coop_counters(m, x.device)
+        if flags:  # the words are the partials and the flags: every buffer argument
+            words = coop_words(m, splits, x.device)
+            part_m, part_s, count = words, words, words
+        else:
+            part_m, part_s, count = parts[0], parts[1], coop_counters(m, x.device)
         if op == "softmax":
-            softmax._softmax_coop_kernel[(m * splits,)](x, out, *parts, counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
-                                                        ACC_DTYPE=acc, ROUND_BF16=rounding, EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk),
-                                                        num_warps=num_warps)  # fmt: skip
+            k = softmax._softmax_coop_kernel[(m * splits,)](x, out, part_m, part_s, count, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc,
+                                                            EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk), **common)  # fmt: skip
         elif op == "softmax-bwd" and toy(packs_bf16_rows(x, args[1]), False):  # inline PTX: not in the interpreter
             w = [t.view(torch.int32) for t in args]
-            softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*w, parts[0], counters, w[0].stride(0), n // 2, SPLITS=splits, WORDS=chunk // 2,
-                                                                   SPLITS_P2=p2, ROUND_BF16=rounding, num_warps=warps)  # fmt: skip
+            k = softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*w, part_m, count, w[0].stride(0), n // 2, WORDS=chunk // 2, **common)
         elif op == "softmax-bwd":
-            softmax._softmax_bwd_coop_kernel[(m * splits,)](*args, parts[0], counters, x.stride(0), n, SPLITS=splits, CHUNK=chunk, SPLITS_P2=p2,
-                                                            ACC_DTYPE=acc, ROUND_BF16=rounding, num_warps=num_warps)  # fmt: skip
+            k = softmax._softmax_bwd_coop_kernel[(m * splits,)](*args, part_m, count, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc, **common)
         else:
-            rmsnorm._rms_norm_fwd_coop_kernel[(m * splits,)](
-                x, args[1], out, out, x.stride(0), out.stride(0), n, eps_hi, eps_lo, parts[0], counters, SPLITS=splits, CHUNK=chunk,
-                SPLITS_P2=p2, ACC_DTYPE=acc, ROUND_BF16=rounding, STORE_RSTD=False, KEEP16=x.dtype == torch.bfloat16,
-                EVEN_N=rmsnorm.fwd_coop_unmasked(x.dtype, n) and n % chunk == 0, num_warps=num_warps)  # fmt: skip
-        return out
-
-    return call
-
-
-def flags_kernel_call(op: str, args: tuple, chunk: int, warps: int, info: Optional[dict] = None) -> Callable[[], torch.Tensor]:
-    """A call of the package's cooperative softmax kernel for ``op`` ("softmax", "softmax-bwd": the
-    packed kernel for bf16 rows it can read as words) on ``op_case``'s ``args`` at ``chunk`` and
-    ``warps``, with its flag words (``FLAGS``, as its launcher runs it since 4a83bfe); words zeroed
-    by a memset per call. The compiled kernel's registers go to ``info`` where it is given (a GPU)."""
-    from tritonforge.kernel_utils import acc_dtype, coop_words, packs_bf16_rows, round_bf16_by_hand
-    from tritonforge.ops import softmax
-
-    x, out = args[0], args[-1]
-    m, n = x.shape
-    splits = triton.cdiv(n, chunk)
-    common = dict(SPLITS=splits, SPLITS_P2=triton.next_power_of_2(splits), ROUND_BF16=round_bf16_by_hand(x.dtype), FLAGS=True,
-                  num_warps=toy(warps, 1))  # fmt: skip
-
-    def call():
-        words = coop_words(m, splits, x.device)
-        if op == "softmax":
-            k = softmax._softmax_coop_kernel[(m * splits,)](x, out, words, words, words, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc_dtype(x.dtype),
-                                                            EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk), **common)  # fmt: skip
-        elif toy(packs_bf16_rows(x, args[1]), False):  # inline PTX: not in the interpreter
-            w = [t.view(torch.int32) for t in args]
-            k = softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*w, words, words, w[0].stride(0), n // 2, WORDS=chunk // 2, **common)
-        else:
-            k = softmax._softmax_bwd_coop_kernel[(m * splits,)](*args, words, words, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc_dtype(x.dtype),
-                                                                **common)  # fmt: skip
+            k = rmsnorm._rms_norm_fwd_coop_kernel[(m * splits,)](
+                x, args[1], out, out, x.stride(0), out.stride(0), n, eps_hi, eps_lo, part_m, count, CHUNK=chunk, ACC_DTYPE=acc,
+                STORE_RSTD=False, KEEP16=x.dtype == torch.bfloat16, EVEN_N=rmsnorm.fwd_coop_unmasked(x.dtype, n) and n % chunk == 0,
+                **common)  # fmt: skip
         if info is not None and not info and hasattr(k, "n_regs"):
             info.update(n_regs=k.n_regs, n_spills=k.n_spills)
         return out
