@@ -202,7 +202,7 @@ def test_short_rows_cooperative_plan():
     assert softmax_module._plan_cached(16, 32768, torch.bfloat16, **h200).strategy == "one-pass"  # 128 < 132 SMs
     assert softmax_module._plan_cached(16384, 16384, torch.bfloat16, **h200).strategy == "one-pass"
     assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **h200, backward=True).strategy == "one-pass"
-    assert softmax_module._plan_cached(100, 16384, torch.float64, **{**h200, "fit": 32768}).strategy == "one-pass"
+    assert softmax_module._plan_cached(100, 16384, torch.float64, **h200).strategy == "one-pass"
     assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **{**h200, "cooperative": False, "shared": None}).strategy == "one-pass"
 
 
