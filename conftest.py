@@ -1,5 +1,5 @@
 """Test-wide settings (unit tests and nbval notebooks): strict routing, fresh routing state,
-the gpu marker. The environment variable is inherited by the notebook kernels nbval starts."""
+the gpu marker, the slow marker on notebook cells. The environment variable is inherited by the notebook kernels nbval starts."""
 
 import os
 
@@ -21,6 +21,9 @@ def _fresh_routing_state():
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.suffix == ".ipynb":  # an nbval cell (pytest-xdist's --dist loadfile keeps a notebook's cells on one worker)
+            item.add_marker(pytest.mark.slow)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/gpu_check.sh on a GPU machine)")

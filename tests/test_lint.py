@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.version_free  # ruff over the source: the same on any Triton (the lowest-Triton pass of .ci/run leaves it out)
+
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = ["tritonforge", "tests", "scripts", "benchmarks", "chapters", "exercises", "conftest.py", "_ext"]
 

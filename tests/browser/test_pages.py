@@ -54,6 +54,8 @@ import yaml
 from tritonforge.book.colab import colab_url
 from tritonforge.book.compile_ir import PAGE_WIDTH
 
+pytestmark = pytest.mark.slow  # reads the built book: not in the quick tier
+
 ROOT = Path(__file__).resolve().parents[2]
 HTML = Path(os.environ.get("TRITONFORGE_BOOK_HTML", ROOT / "_build" / "html"))
 ARTIFACTS = Path(os.environ.get("TRITONFORGE_ARTIFACTS", ROOT / "artifacts"))

@@ -67,8 +67,14 @@ a mistake caught by chance on some seeds is not caught."""
 
 
 def assert_check_fails_on_every_seed(check, wrong) -> None:
+    """Only the verdict matters here, so each check stops at its first failed case
+    (:func:`tritonforge.exercise.core.until_first_failure`): a report with a failed row has not
+    passed, whatever the later cases would say."""
+    from tritonforge.exercise.core import until_first_failure
+
     for seed in PLANTED_SEEDS:
-        report = check(wrong, seed=seed)
+        with until_first_failure():
+            report = check(wrong, seed=seed)
         assert not report.passed, f"{wrong.__name__} passed with seed {seed}:\n{report}"
 
 

@@ -221,3 +221,32 @@ def test_describe_exception_gives_a_compilation_errors_cause():
     assert text == "RuntimeError: at 5:4: ValueError: float16 accumulator is not supported", text
     assert describe_exception(RuntimeError("one line")) == "RuntimeError: one line"
     assert describe_exception(RuntimeError("at 1:2:\n  x = y\n  ^\nNameError: y")) == "RuntimeError: at 1:2: NameError: y"
+
+
+def test_until_first_failure_stops_a_check_at_its_first_failed_case_and_says_so():
+    from tritonforge.exercise.core import Case, Verdict, check, until_first_failure
+
+    ran = []
+
+    def case(name: str, ok: bool) -> Case:
+        def run(fn, inputs):
+            ran.append(name)
+            return fn(inputs)
+
+        def compare(got, expected, inputs):
+            return Verdict(got == expected, None, "" if got else "wrong")
+
+        return Case(name, lambda gen: ok, run, lambda inputs: True, compare)
+
+    cases = [case("a", True), case("b", False), case("c", True)]
+    with until_first_failure():
+        early = check(lambda ok: ok, cases, title="t")
+    assert ran == ["a", "b"] and early.stopped_early and not early.passed
+    assert "stopped at the first failure" in early.summary()
+    ran.clear()
+    whole = check(lambda ok: ok, cases, title="t")  # outside the block: every case runs
+    assert ran == ["a", "b", "c"] and not whole.stopped_early and not whole.passed
+    ran.clear()
+    with until_first_failure():
+        passing = check(lambda ok: True, cases, title="t")  # nothing fails: every case still runs
+    assert ran == ["a", "b", "c"] and passing.passed and not passing.stopped_early

@@ -39,6 +39,12 @@ def test_check_fails_every_case_on_the_shipped_stub(stem, tmp_path):
     notebooks.assert_check_fails_every_case_on_the_shipped_stub(stem, name, check, tmp_path)
 
 
+# A planted mistake fails on PyTorch's comparison of its output; the reference solutions (below)
+# prove the kernels on each Triton, so the lowest-Triton pass of .ci/run leaves these out.
+# Five seeds for each of 172 mistakes: the full tier's sweep; the quick tier keeps each chapter's
+# tests that a named mistake gets its verdict (test_chNN.py).
+@pytest.mark.version_free
+@pytest.mark.slow
 @pytest.mark.parametrize("stem, wrong", PLANTED, ids=[f"{s}-{w.__name__}" for s, w in PLANTED])
 def test_check_fails_on_a_planted_wrong_answer(stem, wrong):
     if wrong in INTERPRETER_ONLY_MISTAKES and not runtime.interpreting():
@@ -47,7 +53,7 @@ def test_check_fails_on_a_planted_wrong_answer(stem, wrong):
     notebooks.assert_check_fails_on_every_seed(check, wrong)
 
 
-@pytest.mark.parametrize("seed", [0, 1, None])
+@pytest.mark.parametrize("seed", [None, 1])  # None: the default seed, 0
 @pytest.mark.parametrize("stem", STEMS)
 def test_check_passes_on_the_reference_solution(stem, seed):
     name, check, _ = TABLE[stem]

@@ -110,6 +110,7 @@ def test_learner_code_takes_the_setup_cells_without_the_install_cell(tmp_path):
 # The command ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a child process per notebook; test_every_exercise checks each solution in the quick tier
 def test_grade_passes_every_reference_solution(tmp_path):
     paths = [str(write_notebook(stem, solution_source(stem), tmp_path / f"{stem}.ipynb")) for stem in STEMS]
     proc = run_grade(*paths)

@@ -382,6 +382,7 @@ def _text_outputs(cell: dict) -> str:
     return "".join(parts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", sorted(NO_MASKS))
 def test_a_maskless_kernel_gets_verdicts_not_a_dead_kernel(stem, tmp_path):
     """The whole notebook, with a kernel without masks as the learner's answer, runs in a Jupyter
@@ -401,6 +402,7 @@ def test_a_maskless_kernel_gets_verdicts_not_a_dead_kernel(stem, tmp_path):
     assert "0 of" in _text_outputs(checks[0]) or "FAIL" in _text_outputs(checks[0])
 
 
+@pytest.mark.slow
 def test_ex01a_try_cell_reports_an_exception(tmp_path):
     """The one exercise without a kernel: its try cell turns the learner's exception into a verdict."""
     nbformat = pytest.importorskip("nbformat")

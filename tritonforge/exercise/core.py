@@ -32,6 +32,8 @@ shared by the chapters' launchers and cases.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import html
 import math
@@ -107,6 +109,9 @@ class Report:
     title: str
     rows: list[Row]
     seed: int
+    stopped_early: bool = False
+    """The check stopped at the first failed case (:func:`until_first_failure`): the later
+    cases did not run, so the table is not the whole verdict."""
 
     @property
     def passed(self) -> bool:
@@ -123,6 +128,8 @@ class Report:
     def summary(self) -> str:
         run = len(self.rows) - self.n_skipped
         skipped = f"; {self.n_skipped} skipped on this device" if self.n_skipped else ""
+        if self.stopped_early:
+            skipped += "; stopped at the first failure"
         if self.passed:
             return f"{self.title}: all {run} cases pass{skipped}"
         return f"{self.title}: {self.n_passed} of {run} cases pass (seed {self.seed}){skipped}"
@@ -193,12 +200,32 @@ DEFAULT_SEED = 0
 changes from one run to the next (case ``i`` draws from ``seed + i``)."""
 
 
+_FIRST_FAILURE_ENDS_A_CHECK = contextvars.ContextVar("first_failure_ends_a_check", default=False)
+
+
+@contextlib.contextmanager
+def until_first_failure():
+    """Inside this block a :func:`check` stops at its first failed case. For a question that only
+    needs the verdict's ``passed`` (the tests proving that a planted mistake fails on every seed):
+    the answer is the same, without running the cases after the one that already decided it."""
+    token = _FIRST_FAILURE_ENDS_A_CHECK.set(True)
+    try:
+        yield
+    finally:
+        _FIRST_FAILURE_ENDS_A_CHECK.reset(token)
+
+
 def check(fn: Callable, cases: Sequence[Case], *, title: str, seed: Optional[int] = None) -> Report:
-    """Run ``fn`` on every case; never raises (the learner's exceptions become failed rows)."""
+    """Run ``fn`` on every case; never raises (the learner's exceptions become failed rows).
+    Inside :func:`until_first_failure` it stops after the first failed case."""
     if seed is None:
         seed = DEFAULT_SEED
-    rows = []
+    report = Report(title=title, rows=[], seed=seed)
+    rows = report.rows
     for index, case in enumerate(cases):
+        if report.rows and not (report.rows[-1].passed or report.rows[-1].skipped) and _FIRST_FAILURE_ENDS_A_CHECK.get():
+            report.stopped_early = True
+            break
         gen = torch.Generator().manual_seed(seed + index)
         unsupported = case_unsupported(case)
         if unsupported:
@@ -220,7 +247,7 @@ def check(fn: Callable, cases: Sequence[Case], *, title: str, seed: Optional[int
         except Exception as exc:  # noqa: BLE001 - e.g. the function returned something odd
             verdict = Verdict(False, None, "could not compare the result: " + describe_exception(exc))
         rows.append(Row(case.name, verdict.passed, verdict.error, verdict.detail, picture=verdict.picture))
-    return Report(title=title, rows=rows, seed=seed)
+    return report
 
 
 @dataclasses.dataclass
