@@ -38,6 +38,7 @@ def test_sanitize_sh_needs_an_outdir():
     assert result.returncode == 2 and "usage" in result.stderr
 
 
+@pytest.mark.slow  # every case of scripts/sanitize_workload.py: the full tier's
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU machine runs the workload itself, under scripts/sanitize.sh")
 def test_every_case_runs_and_passes_at_toy_size():
     listed = _run("--list")

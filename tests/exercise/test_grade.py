@@ -120,6 +120,7 @@ def test_grade_passes_every_reference_solution(tmp_path):
     assert f"{len(STEMS)} passed" in proc.stdout
 
 
+@pytest.mark.slow  # a child process per notebook, as above
 def test_grade_names_what_failed_and_why(tmp_path):
     """One run over a mix: a planted wrong answer (in a renamed copy), an untouched stub, a syntax
     error, a function that kills the process, and a solved exercise after them."""
