@@ -1,5 +1,6 @@
 """Test-wide settings (unit tests and nbval notebooks): strict routing, fresh routing state,
-the gpu marker, the slow marker on notebook cells. The environment variable is inherited by the notebook kernels nbval starts."""
+the gpu marker, and the slow marker on nbval's notebook cells. The environment variable is inherited
+by the notebook kernels nbval starts."""
 
 import os
 

@@ -36,6 +36,11 @@ def _part(notebook: pathlib.Path) -> str:
     return match.group(1) if match else "appendix"
 
 
+def _cells(notebook: pathlib.Path) -> int:
+    """The code cells nbval runs as tests (every code cell of a notebook without outputs)."""
+    return sum(cell["cell_type"] == "code" for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"])
+
+
 PARTS = {part: [nb for nb in NOTEBOOKS if _part(nb) == part] for part in sorted({_part(nb) for nb in NOTEBOOKS})}
 
 
@@ -63,7 +68,7 @@ def test_every_notebook_runs_as_on_a_t4(part):
         TRITONFORGE_STRICT="1",
     )
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--nbval-lax", "--nbval-cell-timeout=600",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-cell-timeout=600",
          "--nbval-current-env", "-o", "addopts=", *[str(p.relative_to(ROOT)) for p in PARTS[part]]],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
@@ -71,8 +76,3 @@ def test_every_notebook_runs_as_on_a_t4(part):
         "a notebook fails as on a Colab T4 (TRITONFORGE_SIMULATE_DEVICE=t4):\n" + result.stdout[-12000:] + result.stderr[-3000:]
     )
     assert f"{sum(_cells(nb) for nb in PARTS[part])} passed" in result.stdout, result.stdout[-3000:]  # every cell of every notebook ran
-
-
-def _cells(notebook: pathlib.Path) -> int:
-    """The code cells nbval runs as tests (every code cell of a notebook without outputs)."""
-    return sum(cell["cell_type"] == "code" for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"])

@@ -220,12 +220,11 @@ def check(fn: Callable, cases: Sequence[Case], *, title: str, seed: Optional[int
     Inside :func:`until_first_failure` it stops after the first failed case."""
     if seed is None:
         seed = DEFAULT_SEED
-    report = Report(title=title, rows=[], seed=seed)
-    rows = report.rows
+    stop_at_failure = _FIRST_FAILURE_ENDS_A_CHECK.get()
+    rows: list[Row] = []
     for index, case in enumerate(cases):
-        if report.rows and not (report.rows[-1].passed or report.rows[-1].skipped) and _FIRST_FAILURE_ENDS_A_CHECK.get():
-            report.stopped_early = True
-            break
+        if stop_at_failure and rows and not (rows[-1].passed or rows[-1].skipped):
+            return Report(title=title, rows=rows, seed=seed, stopped_early=True)
         gen = torch.Generator().manual_seed(seed + index)
         unsupported = case_unsupported(case)
         if unsupported:
@@ -247,7 +246,7 @@ def check(fn: Callable, cases: Sequence[Case], *, title: str, seed: Optional[int
         except Exception as exc:  # noqa: BLE001 - e.g. the function returned something odd
             verdict = Verdict(False, None, "could not compare the result: " + describe_exception(exc))
         rows.append(Row(case.name, verdict.passed, verdict.error, verdict.detail, picture=verdict.picture))
-    return report
+    return Report(title=title, rows=rows, seed=seed)
 
 
 @dataclasses.dataclass
