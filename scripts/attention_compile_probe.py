@@ -33,13 +33,17 @@ TORCH_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.floa
 STRIDES = ["q_sb", "q_sh", "q_sn", "k_sb", "k_sh", "k_sn", "v_sb", "v_sh", "v_sn", "o_sb", "o_sh", "o_sn"]
 
 
+IDS = {"kid_ptr": "*i32", "qid_ptr": "*i32", "kid_sb": "i32", "qid_sb": "i32"}  # key and query ids (padding, packing)
+
+
 def _compile(kernel, signature: dict, constexprs: dict, arch: int, plan: attention.Plan):
     source = ASTSource(fn=kernel, signature={**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs=constexprs)
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": plan.num_warps, "num_stages": plan.num_stages})
 
 
 def _flags(dtype: str, head_d: int, D: int, p: attention.Plan, causal: bool) -> dict:
-    return dict(HAS_LENS=False, CAUSAL=causal, BLOCK_M=p.block_m, BLOCK_N=p.block_n, HEAD_D=head_d, EVEN_D=head_d == D, UPCAST=False,
+    return dict(HAS_LENS=False, HAS_IDS=False, HAS_QIDS=False, CAUSAL=causal, BLOCK_M=p.block_m, BLOCK_N=p.block_n,
+                HEAD_D=head_d, EVEN_D=head_d == D, UPCAST=False,
                 ROUND_BF16=False, IEEE_DOT=dtype == "fp32", ACC_DTYPE=triton.language.float32)  # fmt: skip
 
 
@@ -48,7 +52,7 @@ def compile_prefill(dtype: str, D: int, causal: bool, arch: int, shared: int, sm
     head_d = max(16, triton.next_power_of_2(D))
     ptr = f"*{dtype}"
     signature = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "lse_ptr": "*fp32", "kv_lens_ptr": "*i32",
-                 **dict.fromkeys(STRIDES, "i32"), "Hq": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32", "D": "i32",
+                 **IDS, **dict.fromkeys(STRIDES, "i32"), "Hq": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32", "D": "i32",
                  "qk_scale": "fp32", "qk_scale_lo": "fp32"}  # fmt: skip
     return p, _compile(attention._flash_attn_fwd_kernel, signature, _flags(dtype, head_d, D, p, causal), arch, p)
 
@@ -58,9 +62,9 @@ def compile_decode(dtype: str, D: int, arch: int, shared: int, sms: int):
     head_d = max(16, triton.next_power_of_2(D))
     ptr = f"*{dtype}"
     signature = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": "*fp32", "lse_ptr": "*fp32", **dict.fromkeys(STRIDES, "i32"),
-                 "kv_lens_ptr": "*i32", "Hq": "i32", "Hkv": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32", "D": "i32", "chunk": "i32",
+                 "kv_lens_ptr": "*i32", **IDS, "Hq": "i32", "Hkv": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32", "D": "i32", "chunk": "i32",
                  "qk_scale": "fp32", "qk_scale_lo": "fp32"}  # fmt: skip
-    constexprs = {"SPLITS": p.splits, **_flags(dtype, head_d, D, p, False), "HAS_LENS": True}  # a static cache's decode
+    constexprs = {"SPLITS": p.splits, **_flags(dtype, head_d, D, p, False), "HAS_LENS": True, "HAS_IDS": True}  # a padded static cache's decode
     split = _compile(attention._flash_decode_split_kernel, signature, constexprs, arch, p)
     merge_signature = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": ptr, "lse_ptr": "*fp32", "o_sb": "i32", "o_sh": "i32",
                        "o_sn": "i32", "Hq": "i32", "Nq": "i32", "D": "i32"}  # fmt: skip

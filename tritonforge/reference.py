@@ -152,30 +152,34 @@ def softmax_bwd_ref(dy: torch.Tensor, y: torch.Tensor, *, upcast: bool = False) 
     return dx if upcast else dx.to(y.dtype)
 
 
-def _attention_probabilities(q, k, v, causal, sm_scale, ct, kv_lens=None):
+def _attention_probabilities(q, k, v, causal, sm_scale, ct, kv_lens=None, key_ids=None, query_ids=None):
     """``(P, lse, k, v)`` of naive attention in ``ct``: k and v repeated to the query heads, the
     scaled scores masked bottom-right when causal, ``lse = logsumexp(S, -1)`` (``-inf`` where a
     query sees no key) and ``P = exp(S - lse)`` (0 on such rows). ``kv_lens [B]``: batch b has
     only its first ``kv_lens[b]`` keys (clamped to ``[0, Nk]``; causal aligns with the last of
-    them). Shared by the forward and the backward reference."""
+    them). ``key_ids [B, Nk]``, ``query_ids [B, Nq]`` (None: 0): query i sees key j only where the
+    ids are equal and the key's is not negative (a padded key: its k and v are taken as 0, so that a
+    NaN there reaches nothing). Shared by the forward and the backward reference."""
     group = q.shape[1] // k.shape[1]
     scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
     q_, k_, v_ = q.to(ct), k.to(ct).repeat_interleave(group, dim=1), v.to(ct).repeat_interleave(group, dim=1)
-    s = q_ @ k_.transpose(-1, -2) * scale  # [B, Hq, Nq, Nk]
-    Nq, Nk = q.shape[-2], k.shape[-2]
+    B, Nq, Nk = q.shape[0], q.shape[-2], k.shape[-2]
     i = torch.arange(Nq, device=q.device)[:, None]
     j = torch.arange(Nk, device=q.device)[None, :]
+    n = torch.full((B, 1, 1, 1), Nk, device=q.device, dtype=torch.int64)  # each row's keys: [0, n)
     if kv_lens is not None:
-        n = kv_lens.to(device=q.device, dtype=torch.int64).clamp(0, Nk)[:, None, None, None]  # [B, 1, 1, 1]
-        filled = torch.arange(Nk, device=q.device)[:, None] < n  # [B, 1, Nk, 1]
-        k_, v_ = torch.where(filled, k_, 0.0), torch.where(filled, v_, 0.0)  # what lies past a length never counts
-        s = q_ @ k_.transpose(-1, -2) * scale
-        hidden = j >= n
-        if causal:
-            hidden = hidden | (j > i + (n - Nq))
-        s = s.masked_fill(hidden, float("-inf"))
-    elif causal:
-        s = s.masked_fill(j > i + (Nk - Nq), float("-inf"))
+        n = kv_lens.to(device=q.device, dtype=torch.int64).clamp(0, Nk)[:, None, None, None]
+    kept = torch.arange(Nk, device=q.device)[:, None] < n  # [B, 1, Nk, 1]: what lies past a length never counts
+    hidden = j >= n  # [B, 1, Nq, Nk]
+    if causal:
+        hidden = hidden | (j > i + (n - Nq))
+    if key_ids is not None:
+        kid = key_ids.to(device=q.device, dtype=torch.int64)[:, None, None, :]  # [B, 1, 1, Nk]
+        qid = 0 if query_ids is None else query_ids.to(device=q.device, dtype=torch.int64)[:, None, :, None]
+        kept = kept & (kid >= 0).transpose(-1, -2)
+        hidden = hidden | (kid != qid) | (kid < 0)
+    k_, v_ = torch.where(kept, k_, 0.0), torch.where(kept, v_, 0.0)  # a NaN in a hidden key reaches nothing
+    s = (q_ @ k_.transpose(-1, -2) * scale).masked_fill(hidden, float("-inf"))  # [B, Hq, Nq, Nk]
     lse = torch.logsumexp(s, dim=-1)
     seen = torch.isfinite(lse)[..., None]
     p = torch.where(seen, torch.exp(s - torch.where(seen, lse[..., None], 0.0)), 0.0)
@@ -191,6 +195,8 @@ def flash_attention_ref(
     *,
     upcast: bool = False,
     kv_lens: torch.Tensor | None = None,
+    key_ids: torch.Tensor | None = None,
+    query_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention the naive way (chapter 7's starting point): every score in memory.
 
@@ -200,12 +206,15 @@ def flash_attention_ref(
     query sees the last key); ``P = softmax(S)``; ``O = P @ v``. A query that sees no key (causal
     with ``Nq > Nk``) gets ``O = 0`` and ``lse = -inf``, as FlashAttention-2 does. With
     ``kv_lens [B]`` (a static KV cache), batch b has only its first ``kv_lens[b]`` keys and
-    ``Nk`` above means that length.
+    ``Nk`` above means that length. With ``key_ids [B, Nk]`` (and ``query_ids [B, Nq]``, 0 when
+    None), query i sees key j only where ``key_ids[b, j] == query_ids[b, i] >= 0``: a key-padding
+    mask or packed sequences (``tritonforge.ops.attention.mask_ids`` builds them).
 
     Returns ``(O, lse)``: O in q's dtype, ``lse = logsumexp(S, -1)`` ``[B, Hq, Nq]`` in float32
     (float64 for float64 inputs; everything float64 with ``upcast``, the tests' oracle). Memory is
     ``B * Hq * Nq * Nk`` scores: this is the fallback, not the fast path."""
-    p, lse, _, v_ = _attention_probabilities(q, k, v, causal, sm_scale, _compute_dtype(q.dtype, upcast), kv_lens)
+    p, lse, _, v_ = _attention_probabilities(q, k, v, causal, sm_scale, _compute_dtype(q.dtype, upcast), kv_lens, key_ids,
+                                             query_ids)  # fmt: skip
     o = p @ v_
     return (o, lse) if upcast else (o.to(q.dtype), lse)
 
@@ -221,6 +230,8 @@ def flash_attention_bwd_ref(
     dlse: torch.Tensor | None = None,
     upcast: bool = False,
     kv_lens: torch.Tensor | None = None,
+    key_ids: torch.Tensor | None = None,
+    query_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The hand-derived backward of :func:`flash_attention_ref` (chapter 7), FlashAttention's way:
     ``P`` is recomputed from q and k (never saved), then
@@ -235,7 +246,7 @@ def flash_attention_bwd_ref(
     Hkv, Nk = k.shape[1], k.shape[2]
     group = Hq // Hkv
     scale = D**-0.5 if sm_scale is None else sm_scale
-    p, _, k_, v_ = _attention_probabilities(q, k, v, causal, sm_scale, ct, kv_lens)
+    p, _, k_, v_ = _attention_probabilities(q, k, v, causal, sm_scale, ct, kv_lens, key_ids, query_ids)
     q_, do_ = q.to(ct), do.to(ct)
     dv = p.transpose(-1, -2) @ do_  # [B, Hq, Nk, D]
     dp = do_ @ v_.transpose(-1, -2)

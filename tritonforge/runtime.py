@@ -192,20 +192,48 @@ def _record(route: Route) -> None:
 
 
 def _fall_back(route: Route, cause: Optional[BaseException] = None) -> None:
-    """Record a fallback; raise if strict, else warn once per (op, reason)."""
+    """Record a fallback; raise if strict, else warn once per (op, reason).
+
+    Inside a region ``torch.compile`` traces (a fallback decided in traced Python, such as a mask
+    the kernels cannot serve), the strict check and the warning happen once, when Dynamo traces
+    the call (:func:`_announce_while_tracing`, no lock, no graph break), and the record is a plain
+    dict store, which Dynamo replays on every run of the compiled graph."""
+    if torch.compiler.is_compiling():
+        _announce_while_tracing(route.op, route.reason or "", route.detail or "")
+        _record(route)
+        return
     if is_strict():
-        raise FallbackError(
-            f"tritonforge.{route.op}: the Triton path is unavailable ({route.reason}): {route.detail}; "
-            "strict routing (TRITONFORGE_STRICT=1) forbids falling back to the PyTorch reference"
-        ) from cause
-    message = f"tritonforge.{route.op}: using the PyTorch reference ({route.reason}): {route.detail}"
+        raise FallbackError(_strict_message(route.op, route.reason, route.detail)) from cause
     _record(route)
-    key = (route.op, route.reason or "")
+    _warn_once(route.op, route.reason or "", route.detail, stacklevel=5)
+
+
+def _strict_message(op, reason, detail) -> str:
+    return (f"tritonforge.{op}: the Triton path is unavailable ({reason}): {detail}; "
+            "strict routing (TRITONFORGE_STRICT=1) forbids falling back to the PyTorch reference")  # fmt: skip
+
+
+def _warn_once(op: str, reason: str, detail, stacklevel: int) -> None:
+    key = (op, reason)
     with _lock:
         first = key not in _warned
         _warned.add(key)
     if first:
-        warnings.warn(message, FallbackWarning, stacklevel=4)
+        warnings.warn(f"tritonforge.{op}: using the PyTorch reference ({reason}): {detail}", FallbackWarning, stacklevel=stacklevel)
+
+
+def _announce_while_tracing(op: str, reason: str, detail: str) -> None:
+    from torch._dynamo.comptime import comptime
+
+    comptime(_announce_at_trace_time)
+
+
+def _announce_at_trace_time(ctx) -> None:
+    """Run by Dynamo while it traces :func:`_announce_while_tracing` (reads that frame's locals)."""
+    op, reason, detail = (ctx.get_local(name).as_python_constant() for name in ("op", "reason", "detail"))
+    if is_strict():
+        raise FallbackError(_strict_message(op, reason, detail) + " (decided while torch.compile traced this call)")
+    _warn_once(op, reason, detail, stacklevel=2)
 
 
 # ----------------------------------------------------------------------------------------------

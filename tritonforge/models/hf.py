@@ -6,11 +6,13 @@
 - every ``*MLP`` with ``gate_proj``, ``up_proj``, ``down_proj`` (no bias) and a SiLU activation
   computes ``down_proj(swiglu_mlp_front(x, gate_proj.weight.T, up_proj.weight.T))``: both
   projections and the activation in one kernel, the weights read in place;
-- attention runs :func:`tritonforge.flash_attention`, registered with ``transformers`` as the
-  attention implementation ``"tritonforge"`` (prefill: the tiled kernel, bottom-right causal;
-  decode: the split-KV path). A call the kernel cannot serve (an attention mask with padding,
-  dropout, softcapping, a sliding window) takes ``transformers``' SDPA implementation as a routed
-  fallback: warned once, an error in strict mode.
+- attention runs :func:`tritonforge.flash_attention`'s kernels, registered with ``transformers`` as
+  the attention implementation ``"tritonforge"`` (prefill: the tiled kernel; decode: the split-KV
+  path), with a mask function of its own (:func:`mask_function`) that hands the layers the mask's
+  structure instead of a dense mask: a key-padding mask (left or right padding), a static cache's
+  filled length, packed sequences. A call the kernels cannot serve (a sliding window, a custom
+  mask pattern, a dense mask passed by hand, dropout, softcapping) takes ``transformers``' SDPA
+  implementation as a routed fallback: warned once, an error in strict mode.
 
 Tested with Llama, Mistral and Qwen2 models built from configs (nothing downloaded). ``transformers``
 is an optional dependency: importing this module does not import it; :func:`patch` does.
@@ -19,12 +21,12 @@ is an optional dependency: importing this module does not import it; :func:`patc
 from __future__ import annotations
 
 import types
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
 from tritonforge import runtime
-from tritonforge.ops.attention import flash_attention
+from tritonforge.ops.attention import attend, mask_ids
 from tritonforge.ops.rmsnorm import rms_norm
 from tritonforge.ops.swiglu import front_is_fused, swiglu, swiglu_mlp_front
 
@@ -43,34 +45,133 @@ def _mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
     return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
+class Mask(NamedTuple):
+    """What the ``"tritonforge"`` mask function hands every attention layer in place of a dense
+    ``[B, 1, Nq, Nk]`` mask: the pattern's structure, built once per forward on the device.
+
+    ``kv_lens [B]`` (or None: every key of the buffer) ends each row's keys, and the causal diagonal
+    ends at its last key (a static cache's filled prefix); ``key_ids [B, Nk]`` and ``query_ids
+    [B, Nq]`` (int32, or None) are the kernels' padding and packed-sequence ids
+    (:func:`tritonforge.ops.attention.mask_ids`). ``unsupported`` names a pattern the kernels cannot
+    serve (a sliding window, a custom ``and``/``or`` mask, bidirectional attention): then
+    ``sdpa_kwargs`` rebuilds the mask ``transformers``' SDPA implementation would have had."""
+
+    kv_lens: Optional[torch.Tensor]
+    key_ids: Optional[torch.Tensor]
+    query_ids: Optional[torch.Tensor]
+    unsupported: Optional[str]
+    sdpa_kwargs: Optional[dict]
+
+    @property
+    def ndim(self) -> int:
+        """Not 2, so that ``transformers`` takes a built mask for a prepared one: ``generate`` builds
+        the masks of a static cache before the (compiled) forward and passes them in, and the
+        forward's ``create_causal_mask`` hands them to :func:`mask_function`, which returns them."""
+        return 4
+
+
+def mask_function(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset: int = 0, mask_function=None,
+                  attention_mask: Optional[torch.Tensor] = None, **kwargs) -> Optional[Mask]:  # fmt: skip
+    """The ``"tritonforge"`` entry of ``transformers``' mask interface (called once per forward by
+    ``create_causal_mask`` and its kin). Plain causal attention with no padding: ``None``, as SDPA's.
+    Otherwise a :class:`Mask`; nothing is read back to the host while compiling."""
+    from transformers.masking_utils import causal_mask_function
+
+    if isinstance(attention_mask, Mask):  # built before this forward (generate with a static cache)
+        return attention_mask
+    sdpa_kwargs = dict(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset, kv_offset=kv_offset,
+                       mask_function=mask_function, attention_mask=attention_mask, **kwargs)  # fmt: skip
+    segments = None
+    if mask_function is not causal_mask_function:
+        segments = _packed_segments(mask_function)
+        if segments is None:
+            return Mask(None, None, None, "a mask pattern other than causal, padding and packed sequences", sdpa_kwargs)
+    device = kwargs.get("device") or (attention_mask.device if attention_mask is not None else None)
+    kv_end = q_offset + q_length - kv_offset  # the last query's position + 1, counted from key 0 of the buffer
+    kv_lens = None
+    if isinstance(kv_end, torch.Tensor) or kv_end != kv_length:  # a static cache: its buffer is longer than what is filled
+        kv_lens = torch.as_tensor(kv_end, device=device).to(torch.int32).reshape(1).repeat(batch_size)
+    keep = None
+    if attention_mask is not None:
+        keep = attention_mask[:, kv_offset : kv_offset + kv_length].to(torch.bool)
+        if keep.shape[1] < kv_length:  # a static cache's mask covers what is filled: the rest is no key
+            keep = torch.nn.functional.pad(keep, (0, kv_length - keep.shape[1]))
+        if not _tracing() and bool(keep.all()):  # eager: one read per forward (transformers' SDPA mask reads it too)
+            keep = None
+    if keep is None and segments is None:
+        return None if kv_lens is None else Mask(kv_lens, None, None, None, None)
+    key_ids, query_ids = mask_ids(keep, segments)
+    return Mask(kv_lens, key_ids, query_ids, None, None)
+
+
+def _tracing() -> bool:
+    if torch.compiler.is_compiling():
+        return True
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _packed_segments(fn) -> Optional[torch.Tensor]:
+    """Packed sequences' ids ``[B, N]`` when ``fn`` is what ``create_causal_mask`` builds for them
+    (causal on positions remapped per sequence, and the sequences' ids equal), else ``None``."""
+    if getattr(fn, "__qualname__", "") != "and_masks.<locals>.and_mask":
+        return None
+    parts = _closure(fn).get("mask_functions", ())
+    names = sorted(getattr(part, "__qualname__", "") for part in parts)
+    if names != ["packed_sequence_mask_function.<locals>.inner_mask", "remap_positions_for_packed_sequence.<locals>.inner_mask"]:
+        return None
+    from transformers.masking_utils import causal_mask_function
+
+    remap = next(p for p in parts if p.__qualname__.startswith("remap"))
+    if _closure(remap).get("mask_function") is not causal_mask_function:
+        return None
+    ids = _closure(next(p for p in parts if p.__qualname__.startswith("packed"))).get("packed_sequence_mask")
+    return ids if isinstance(ids, torch.Tensor) else None
+
+
+def _closure(fn) -> dict:
+    cells = getattr(fn, "__closure__", None) or ()
+    return {name: cell.cell_contents for name, cell in zip(fn.__code__.co_freevars, cells)}
+
+
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None,
+                      attention_mask, dropout: float = 0.0, scaling: Optional[float] = None,
                       is_causal: Optional[bool] = None, **kwargs):  # fmt: skip
     """The ``"tritonforge"`` attention implementation: ``transformers``' attention interface
-    (``query [B, Hq, Nq, D]``, ``key``/``value [B, Hkv, Nk, D]``; returns ``([B, Nq, Hq, D], None)``)."""
+    (``query [B, Hq, Nq, D]``, ``key``/``value [B, Hkv, Nk, D]``; returns ``([B, Nq, Hq, D], None)``).
+    ``attention_mask``: what :func:`mask_function` built (``None`` or a :class:`Mask`); any other
+    mask (a 4-D tensor passed by hand, an additive bias) goes to SDPA, loudly."""
+    mask = attention_mask if isinstance(attention_mask, Mask) else None
     reason = _unsupported(module, attention_mask, dropout, kwargs)
     if reason is not None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+        if mask is not None:  # the dense mask SDPA would have had
+            from transformers.masking_utils import sdpa_mask
+
+            attention_mask = None if mask.sdpa_kwargs is None else sdpa_mask(**mask.sdpa_kwargs)
         return runtime.dispatch_reference(
             ATTENTION_OP, "unsupported", f"transformers attention: {reason}; transformers' SDPA implementation serves it",
             lambda: sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                            is_causal=is_causal, **kwargs),
         )  # fmt: skip
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
-    q_len, kv_len = query.shape[2], key.shape[2]
-    if causal and q_len > 1 and kv_len > q_len:
-        # What transformers' SDPA does here: without a mask, more keys than queries at prefill means a
-        # static cache's buffer, whose valid keys are the first q_len (top-left causal on those). Queries
-        # on top of a filled cache come with a mask instead (tested): the SDPA fallback above serves them.
-        key, value = key[:, :, :q_len], value[:, :, :q_len]
-    out = flash_attention(query, key, value, causal=causal and q_len > 1, sm_scale=scaling)
-    return out.transpose(1, 2), None  # [B, Nq, Hq, D]: a view of q's [B, N, H, D] layout when q is one
+    q_len = query.shape[2]
+    scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
+    if mask is not None:
+        o, _ = attend(query, key, value, causal and q_len > 1, scale, mask.kv_lens, mask.key_ids, mask.query_ids)
+        return o.transpose(1, 2), None
+    # No mask: plain causal attention, bottom-right (queries on top of a DynamicCache see every cached key).
+    # A static cache always comes with a Mask (its filled length), so the buffer's empty tail is never read.
+    o, _ = attend(query, key, value, causal and q_len > 1, scale)
+    return o.transpose(1, 2), None  # [B, Nq, Hq, D]: a view of q's [B, N, H, D] layout when q is one
 
 
 def _unsupported(module, attention_mask, dropout, kwargs) -> Optional[str]:
-    if attention_mask is not None:
-        return "an attention mask (padding, or a pattern other than plain causal)"
+    if isinstance(attention_mask, Mask):
+        if attention_mask.unsupported:
+            return attention_mask.unsupported
+    elif attention_mask is not None:
+        return "a dense attention mask (a 4-D tensor or an additive bias, not built by the tritonforge mask function)"
     if dropout:
         return "attention dropout"
     for name in ("softcap", "sliding_window", "position_bias", "s_aux"):
@@ -84,13 +185,12 @@ def _unsupported(module, attention_mask, dropout, kwargs) -> Optional[str]:
 
 
 def register() -> None:
-    """Register ``"tritonforge"`` with ``transformers``' attention and mask interfaces (idempotent).
-    Its masks are SDPA's: ``None`` where plain causal attention needs none."""
+    """Register ``"tritonforge"`` with ``transformers``' attention and mask interfaces (idempotent)."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(ATTN_IMPLEMENTATION, attention_forward)
-    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, mask_function)
 
 
 def patch(model: torch.nn.Module) -> dict:

@@ -102,6 +102,9 @@ def _attend_key_blocks(
     causal_shift,  # Nk - Nq: query i sees keys j <= i + causal_shift
     qk_scale,  # sm_scale * log2(e), rounded to float32
     qk_scale_lo,  # the rounding's remainder (used for float64 only: the interpreter passes float32)
+    key_ids,  # pointer to key 0's id in this batch row (HAS_IDS)
+    query_ids,  # [BLOCK_M] int32: each row's query id (HAS_IDS; 0 without query ids)
+    HAS_IDS: tl.constexpr,  # a key is seen only by queries of its id; a negative id is padding, seen by none
     BLOCK_N: tl.constexpr,
     HEAD_D: tl.constexpr,  # D rounded up to a power of two >= 16
     EVEN_D: tl.constexpr,  # D == HEAD_D: no mask along the head dimension
@@ -130,6 +133,9 @@ def _attend_key_blocks(
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
+        if HAS_IDS:
+            kid = tl.load(key_ids + keys, mask=keys < Nk, other=-1)
+            v = tl.where((kid >= 0)[:, None], v, 0.0)  # 0 * NaN is NaN: a padded value must not reach acc
         if IEEE_DOT:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -143,6 +149,8 @@ def _attend_key_blocks(
             if CAUSAL:
                 visible = visible & (keys[None, :] <= query_pos[:, None] + causal_shift)
             s = tl.where(visible, s, -float("inf"))
+        if HAS_IDS:
+            s = tl.where((kid[None, :] == query_ids[:, None]) & (kid >= 0)[None, :], s, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         # A row that has seen no key yet keeps m = -inf: subtract 0 there, not -inf (NaN).
         m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
@@ -180,6 +188,10 @@ def _flash_attn_fwd_kernel(
     o_ptr,  # *O [B, Hq, Nq, D] with strides (o_sb, o_sh, o_sn, 1), q's dtype
     lse_ptr,  # *lse [B, Hq, Nq] float32, contiguous
     kv_lens_ptr,  # *[B] int32/int64 (HAS_LENS): batch b's keys are its first kv_lens[b]
+    kid_ptr,  # *key ids [B, Nk] int32 with row stride kid_sb (HAS_IDS)
+    qid_ptr,  # *query ids [B, Nq] int32 with row stride qid_sb (HAS_QIDS)
+    kid_sb,
+    qid_sb,
     q_sb,
     q_sh,
     q_sn,
@@ -200,6 +212,8 @@ def _flash_attn_fwd_kernel(
     qk_scale,  # sm_scale * log2(e), as two float32 halves (see _attend_key_blocks)
     qk_scale_lo,
     HAS_LENS: tl.constexpr,
+    HAS_IDS: tl.constexpr,
+    HAS_QIDS: tl.constexpr,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -228,6 +242,11 @@ def _flash_attn_fwd_kernel(
                 mask=row_ok[:, None] & (dims < D)[None, :], other=0.0)  # fmt: skip
     if UPCAST:
         q = q.to(tl.float32)
+    if HAS_QIDS:
+        q_ids = tl.load(qid_ptr + b * qid_sb + rows, mask=row_ok, other=0)
+    else:
+        q_ids = tl.zeros([BLOCK_M], dtype=tl.int32)
+    k_ids = kid_ptr + b * kid_sb
     k_head = k_ptr + b * k_sb + kv_h * k_sh
     v_head = v_ptr + b * v_sb + kv_h * v_sh
     acc = tl.zeros([BLOCK_M, HEAD_D], dtype=ACC_DTYPE)
@@ -244,10 +263,12 @@ def _flash_attn_fwd_kernel(
         hi = Nk
         unmasked = whole
     acc, l_i, m_i = _attend_key_blocks(acc, l_i, m_i, q, k_head, v_head, k_sn, v_sn, rows, 0, unmasked, Nk, D,
-                                       causal_shift, qk_scale, qk_scale_lo, BLOCK_N, HEAD_D, EVEN_D, False, CAUSAL, UPCAST,
+                                       causal_shift, qk_scale, qk_scale_lo, k_ids, q_ids, HAS_IDS, BLOCK_N, HEAD_D, EVEN_D,
+                                       False, CAUSAL, UPCAST,
                                        ROUND_BF16, IEEE_DOT, ACC_DTYPE)  # fmt: skip
     acc, l_i, m_i = _attend_key_blocks(acc, l_i, m_i, q, k_head, v_head, k_sn, v_sn, rows, unmasked, hi, Nk, D,
-                                       causal_shift, qk_scale, qk_scale_lo, BLOCK_N, HEAD_D, EVEN_D, True, CAUSAL, UPCAST,
+                                       causal_shift, qk_scale, qk_scale_lo, k_ids, q_ids, HAS_IDS, BLOCK_N, HEAD_D, EVEN_D,
+                                       True, CAUSAL, UPCAST,
                                        ROUND_BF16, IEEE_DOT, ACC_DTYPE)  # fmt: skip
     o, lse = _finish_rows(acc, l_i, m_i)
     tl.store(o_ptr + b * o_sb + h * o_sh + rows[:, None] * o_sn + dims[None, :],
@@ -275,6 +296,10 @@ def _flash_decode_split_kernel(
     o_sh,
     o_sn,  # fmt: skip
     kv_lens_ptr,  # *[B] (HAS_LENS): batch b's keys are its first kv_lens[b]
+    kid_ptr,  # *key ids [B, Nk] (HAS_IDS), as in the prefill kernel
+    qid_ptr,  # *query ids [B, Nq] (HAS_QIDS)
+    kid_sb,
+    qid_sb,
     Hq,
     Hkv,
     GROUP,
@@ -285,6 +310,8 @@ def _flash_decode_split_kernel(
     qk_scale,
     qk_scale_lo,
     HAS_LENS: tl.constexpr,
+    HAS_IDS: tl.constexpr,
+    HAS_QIDS: tl.constexpr,
     SPLITS: tl.constexpr,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,  # >= GROUP * Nq: every query row that reads this KV head
@@ -313,6 +340,10 @@ def _flash_decode_split_kernel(
     q = tl.load(q_ptr + b * q_sb + h[:, None] * q_sh + query[:, None] * q_sn + dims[None, :], mask=io_ok, other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
+    if HAS_QIDS:
+        q_ids = tl.load(qid_ptr + b * qid_sb + query, mask=row_ok, other=0)
+    else:
+        q_ids = tl.zeros([BLOCK_M], dtype=tl.int32)
     acc = tl.zeros([BLOCK_M, HEAD_D], dtype=ACC_DTYPE)
     l_i = tl.zeros([BLOCK_M], dtype=ACC_DTYPE)
     m_i = tl.full([BLOCK_M], -float("inf"), dtype=ACC_DTYPE)
@@ -320,8 +351,8 @@ def _flash_decode_split_kernel(
     lo = split * chunk  # causal or not, the last query sees every key: each split walks its whole chunk
     acc, l_i, m_i = _attend_key_blocks(acc, l_i, m_i, q, k_ptr + b * k_sb + kv_h * k_sh, v_ptr + b * v_sb + kv_h * v_sh,
                                        k_sn, v_sn, query, lo, tl.minimum(lo + chunk, Nk), Nk, D, causal_shift, qk_scale,
-                                       qk_scale_lo, BLOCK_N, HEAD_D, EVEN_D, True, CAUSAL, UPCAST, ROUND_BF16, IEEE_DOT,
-                                       ACC_DTYPE)  # fmt: skip
+                                       qk_scale_lo, kid_ptr + b * kid_sb, q_ids, HAS_IDS, BLOCK_N, HEAD_D, EVEN_D, True, CAUSAL,
+                                       UPCAST, ROUND_BF16, IEEE_DOT, ACC_DTYPE)  # fmt: skip
     o, lse = _finish_rows(acc, l_i, m_i)
     # SPLITS == 1: straight into O (its strides, its dtype); else into the float32 partials.
     row = (b * Hq + h) * Nq + query
@@ -554,9 +585,12 @@ def _unit_head_stride(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
 
-def flash_attention_fwd(q, k, v, causal: bool, sm_scale: float, p: Plan, kv_lens=None) -> tuple[torch.Tensor, torch.Tensor]:
+def flash_attention_fwd(q, k, v, causal: bool, sm_scale: float, p: Plan, kv_lens=None, key_ids=None,
+                        query_ids=None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Launch the forward for plan ``p``: ``(O, lse)``; ``kv_lens [B]``: batch b attends to its
-    first ``kv_lens[b]`` keys only (None: all ``Nk``)."""
+    first ``kv_lens[b]`` keys only (None: all ``Nk``); ``key_ids [B, Nk]`` and ``query_ids [B, Nq]``
+    (int32, unit stride along the sequence): query i sees key j only where their ids are equal
+    (no query ids: 0), and a negative key id is padding, seen by no query."""
     q, k, v = (_unit_head_stride(t) for t in (q, k, v))
     B, Hq, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
@@ -571,21 +605,24 @@ def flash_attention_fwd(q, k, v, causal: bool, sm_scale: float, p: Plan, kv_lens
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
     lens = lse if kv_lens is None else kv_lens.contiguous()  # any pointer when HAS_LENS is off (never read)
     flags["HAS_LENS"] = kv_lens is not None
+    flags["HAS_IDS"], flags["HAS_QIDS"] = key_ids is not None, query_ids is not None
+    ids = (lse if key_ids is None else key_ids, lse if query_ids is None else query_ids,  # any pointer when off
+           0 if key_ids is None else key_ids.stride(0), 0 if query_ids is None else query_ids.stride(0))  # fmt: skip
     qk_scale = split_float(sm_scale * LOG2E)  # (hi, lo): float64 keeps both halves
     if p.strategy == "prefill":
         grid = (triton.cdiv(Nq, p.block_m), B * Hq)
-        _flash_attn_fwd_kernel[grid](q, k, v, o, lse, lens, *strides, *o.stride()[:3], Hq, Hq // Hkv, Nq, Nk, D, *qk_scale,
+        _flash_attn_fwd_kernel[grid](q, k, v, o, lse, lens, *ids, *strides, *o.stride()[:3], Hq, Hq // Hkv, Nq, Nk, D, *qk_scale,
                                      **flags)  # fmt: skip
         return o, lse
     grid = (p.splits, B * Hkv)
     if p.splits == 1:
-        _flash_decode_split_kernel[grid](q, k, v, o, lse, *strides, *o.stride()[:3], lens, Hq, Hkv, Hq // Hkv, Nq, Nk, D, p.chunk,
-                                         *qk_scale, SPLITS=1, **flags)  # fmt: skip
+        _flash_decode_split_kernel[grid](q, k, v, o, lse, *strides, *o.stride()[:3], lens, *ids, Hq, Hkv, Hq // Hkv, Nq, Nk, D,
+                                         p.chunk, *qk_scale, SPLITS=1, **flags)  # fmt: skip
         return o, lse
     part_o = _empty(B, Hq, Nq, p.splits, D, dtype=acc, device=q.device)
     part_lse = _empty(B, Hq, Nq, p.splits, dtype=acc, device=q.device)
-    _flash_decode_split_kernel[grid](q, k, v, part_o, part_lse, *strides, 0, 0, 0, lens, Hq, Hkv, Hq // Hkv, Nq, Nk, D, p.chunk,
-                                     *qk_scale, SPLITS=p.splits, **flags)  # fmt: skip
+    _flash_decode_split_kernel[grid](q, k, v, part_o, part_lse, *strides, 0, 0, 0, lens, *ids, Hq, Hkv, Hq // Hkv, Nq, Nk, D,
+                                     p.chunk, *qk_scale, SPLITS=p.splits, **flags)  # fmt: skip
     _flash_decode_merge_kernel[(B * Hq * Nq,)](part_o, part_lse, o, lse, *o.stride()[:3], Hq, Nq, D, SPLITS=p.splits,
                                                SPLITS_P2=triton.next_power_of_2(p.splits), HEAD_D=flags["HEAD_D"],
                                                ROUND_BF16=flags["ROUND_BF16"], num_warps=4)  # fmt: skip
@@ -600,17 +637,17 @@ OP = "flash_attention"
 BACKWARD_OP = "flash_attention_backward"
 
 
-def _reference(q, k, v, causal, sm_scale, kv_lens=None):
-    o, lse = flash_attention_ref(q, k, v, causal, sm_scale, kv_lens=kv_lens)
+def _reference(q, k, v, causal, sm_scale, kv_lens=None, key_ids=None, query_ids=None):
+    o, lse = flash_attention_ref(q, k, v, causal, sm_scale, kv_lens=kv_lens, key_ids=key_ids, query_ids=query_ids)
     out = _new_output(q) if q.numel() else torch.empty_like(q)
     out.copy_(o)
     return out, lse.to(acc_torch_dtype(q.dtype))
 
 
-def _forward_routed(q, k, v, causal: bool, sm_scale: float, kv_lens=None):
+def _forward_routed(q, k, v, causal: bool, sm_scale: float, kv_lens=None, key_ids=None, query_ids=None):
     if q.numel() == 0 or k.shape[2] == 0:
         runtime.record_empty(OP)
-        return _reference(q, k, v, causal, sm_scale, kv_lens)
+        return _reference(q, k, v, causal, sm_scale, kv_lens, key_ids, query_ids)
     p = plan(q.shape, k.shape, q.dtype, q.device)
     unsupported = None
     if q.dtype == torch.float64 and (q.device.type != "cpu" or not runtime.interpreting()):
@@ -623,20 +660,21 @@ def _forward_routed(q, k, v, causal: bool, sm_scale: float, kv_lens=None):
         unsupported = f"no tile fits this device's shared memory for head dim {q.shape[-1]}"
 
     def kernel():
-        out = flash_attention_fwd(q, k, v, causal, sm_scale, p, kv_lens)
+        out = flash_attention_fwd(q, k, v, causal, sm_scale, p, kv_lens, key_ids, query_ids)
         _LAST_PLAN["plan"] = p
         return out
 
     return runtime.dispatch(OP, device=q.device, dtype=q.dtype, kernel=kernel,
-                            reference=lambda: _reference(q, k, v, causal, sm_scale, kv_lens),
+                            reference=lambda: _reference(q, k, v, causal, sm_scale, kv_lens, key_ids, query_ids),
                             unsupported=unsupported)  # fmt: skip
 
 
-def _backward_reference(do, dlse, q, k, v, causal, sm_scale, kv_lens=None):
+def _backward_reference(do, dlse, q, k, v, causal, sm_scale, kv_lens=None, key_ids=None, query_ids=None):
     return runtime.dispatch_reference(
         BACKWARD_OP, "no-kernel", "FlashAttention's backward has no Triton kernel here: the hand-derived "
         "backward in PyTorch ops recomputes P from lse (memory B*Hq*Nq*Nk)",
-        lambda: flash_attention_bwd_ref(do, q, k, v, causal, sm_scale, dlse=dlse, kv_lens=kv_lens),
+        lambda: flash_attention_bwd_ref(do, q, k, v, causal, sm_scale, dlse=dlse, kv_lens=kv_lens, key_ids=key_ids,
+                                        query_ids=query_ids),
     )  # fmt: skip
 
 
@@ -647,13 +685,14 @@ def _backward_reference(do, dlse, q, k, v, causal, sm_scale, kv_lens=None):
 
 @torch.library.custom_op("tritonforge::flash_attention", mutates_args=())
 def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
-                       kv_lens: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+                       kv_lens: Optional[torch.Tensor] = None, key_ids: Optional[torch.Tensor] = None,
+                       query_ids: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(O, lse)``, routed; differentiable through :func:`backward`."""
-    return _forward_routed(q, k, v, causal, sm_scale, kv_lens)
+    return _forward_routed(q, k, v, causal, sm_scale, kv_lens, key_ids, query_ids)
 
 
 @flash_attention_op.register_fake
-def _(q, k, v, causal, sm_scale, kv_lens=None):
+def _(q, k, v, causal, sm_scale, kv_lens=None, key_ids=None, query_ids=None):
     B, Hq, Nq, D = q.shape
     return _new_output(q, q.new_empty), q.new_empty(B, Hq, Nq, dtype=acc_torch_dtype(q.dtype))
 
@@ -661,37 +700,38 @@ def _(q, k, v, causal, sm_scale, kv_lens=None):
 @torch.library.custom_op("tritonforge::flash_attention_backward", mutates_args=())
 def flash_attention_backward_op(do: torch.Tensor, dlse: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                 causal: bool, sm_scale: float,
-                                kv_lens: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+                                kv_lens: Optional[torch.Tensor] = None, key_ids: Optional[torch.Tensor] = None,
+                                query_ids: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """``(dq, dk, dv)``, through the routed reference backward."""
-    return tuple(g.contiguous() for g in _backward_reference(do, dlse, q, k, v, causal, sm_scale, kv_lens))
+    return tuple(g.contiguous() for g in _backward_reference(do, dlse, q, k, v, causal, sm_scale, kv_lens, key_ids, query_ids))
 
 
 @flash_attention_backward_op.register_fake
-def _(do, dlse, q, k, v, causal, sm_scale, kv_lens=None):
+def _(do, dlse, q, k, v, causal, sm_scale, kv_lens=None, key_ids=None, query_ids=None):
     return torch.empty_like(q, memory_format=torch.contiguous_format), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def setup_context(ctx, inputs, output):
-    q, k, v, causal, sm_scale, kv_lens = inputs
-    ctx.save_for_backward(q, k, v, kv_lens)
+    q, k, v, causal, sm_scale, kv_lens, key_ids, query_ids = inputs
+    ctx.save_for_backward(q, k, v, kv_lens, key_ids, query_ids)
     ctx.causal, ctx.sm_scale = causal, sm_scale
 
 
 def backward(ctx, do, dlse):
-    q, k, v, kv_lens = ctx.saved_tensors
+    q, k, v, *masks = ctx.saved_tensors
     do = torch.zeros_like(q) if do is None else do
     dlse = torch.zeros(q.shape[:3], dtype=acc_torch_dtype(q.dtype), device=q.device) if dlse is None else dlse
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph: differentiable ops
-        dq, dk, dv = _backward_reference(do, dlse, q, k, v, ctx.causal, ctx.sm_scale, kv_lens)
+        dq, dk, dv = _backward_reference(do, dlse, q, k, v, ctx.causal, ctx.sm_scale, *masks)
     else:
-        dq, dk, dv = flash_attention_backward_op(do, dlse, q, k, v, ctx.causal, ctx.sm_scale, kv_lens)
-    return dq, dk, dv, None, None, None
+        dq, dk, dv = flash_attention_backward_op(do, dlse, q, k, v, ctx.causal, ctx.sm_scale, *masks)
+    return dq, dk, dv, None, None, None, None, None
 
 
 flash_attention_op.register_autograd(backward, setup_context=setup_context)
 
 
-def _vmap_rule(info, in_dims, q, k, v, causal, sm_scale, kv_lens=None):
+def _vmap_rule(info, in_dims, q, k, v, causal, sm_scale, kv_lens=None, key_ids=None, query_ids=None):
     """``vmap``: the mapped dimension joins the batch dimension."""
     size = info.batch_size
 
@@ -699,8 +739,8 @@ def _vmap_rule(info, in_dims, q, k, v, causal, sm_scale, kv_lens=None):
         t = t.unsqueeze(0).expand(size, *t.shape) if dim is None else t.movedim(dim, 0)
         return t.reshape(size * t.shape[1], *t.shape[2:])
 
-    lens = None if kv_lens is None else fold(kv_lens, in_dims[5])
-    o, lse = flash_attention_op(fold(q, in_dims[0]), fold(k, in_dims[1]), fold(v, in_dims[2]), causal, sm_scale, lens)
+    masks = [None if t is None else fold(t, dim) for t, dim in zip((kv_lens, key_ids, query_ids), in_dims[5:])]
+    o, lse = flash_attention_op(fold(q, in_dims[0]), fold(k, in_dims[1]), fold(v, in_dims[2]), causal, sm_scale, *masks)
     return (o.reshape(size, -1, *o.shape[1:]), lse.reshape(size, -1, *lse.shape[1:])), (0, 0)
 
 
@@ -761,9 +801,67 @@ def _check(q, k, v, causal, sm_scale, return_lse) -> float:
     return float(sm_scale)
 
 
+def _check_mask_args(key_padding_mask, segment_ids, q, k) -> None:
+    """``key_padding_mask [B, Nk]`` bool and ``segment_ids [B, N]`` int32/int64 (``Nq == Nk == N``),
+    on q's device. Only shapes, dtypes and devices are checked: nothing is read on the host."""
+    B, Nq, Nk = q.shape[0], q.shape[2], k.shape[2]
+    if key_padding_mask is not None:
+        if not isinstance(key_padding_mask, torch.Tensor):
+            raise TypeError(f"key_padding_mask must be a tensor or None, got {type(key_padding_mask).__name__}")
+        if key_padding_mask.dtype != torch.bool:
+            raise TypeError(f"key_padding_mask must be bool (True: the key may be attended), got {key_padding_mask.dtype}")
+        if tuple(key_padding_mask.shape) != (B, Nk):
+            raise ValueError(f"key_padding_mask must have shape [B, Nk] = [{B}, {Nk}], got {tuple(key_padding_mask.shape)}")
+        if key_padding_mask.device != q.device:
+            raise ValueError(f"key_padding_mask is on {key_padding_mask.device} but q is on {q.device}")
+    if segment_ids is not None:
+        if not isinstance(segment_ids, torch.Tensor):
+            raise TypeError(f"segment_ids must be a tensor or None, got {type(segment_ids).__name__}")
+        if segment_ids.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"segment_ids must be int32 or int64, got {segment_ids.dtype}")
+        if Nq != Nk:
+            raise ValueError(f"segment_ids needs as many queries as keys (packed sequences), got Nq = {Nq} and Nk = {Nk}")
+        if tuple(segment_ids.shape) != (B, Nq):
+            raise ValueError(f"segment_ids must have shape [B, N] = [{B}, {Nq}], got {tuple(segment_ids.shape)}")
+        if segment_ids.device != q.device:
+            raise ValueError(f"segment_ids is on {segment_ids.device} but q is on {q.device}")
+
+
+def mask_ids(key_padding_mask=None, segment_ids=None):
+    """``(key_ids, query_ids)``, the kernels' form of a key-padding mask and of packed sequences'
+    segment ids (int32, each ``None`` when not needed): query i sees key j only where
+    ``key_ids[b, j] == query_ids[b, i]`` (no query ids: 0) and ``key_ids[b, j] >= 0``."""
+    ids = None if segment_ids is None else segment_ids.to(torch.int32)
+    if key_padding_mask is None:
+        return ids, ids
+    key_ids = torch.where(key_padding_mask, 0 if ids is None else ids, -1).to(torch.int32)
+    return key_ids, ids
+
+
+def attend(q, k, v, causal: bool, scale: float, kv_lens=None, key_ids=None, query_ids=None):
+    """``(O, lse)`` for checked arguments: the routed op (a custom op under autograd, compile and
+    functorch; the routed kernel directly in eager inference). :func:`flash_attention` calls it
+    after its checks; ``tritonforge.models.hf`` calls it with masks it built itself."""
+    masks = (kv_lens, key_ids, query_ids)
+    if torch.compiler.is_compiling():
+        return flash_attention_op(q, k, v, causal, scale, *masks)
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    mode = runtime.autograd_mode_unsupported(q, k, v, vmap_ok=not needs_grad)
+    if mode is not None:
+        return runtime.dispatch_reference(OP, "autograd", mode, lambda: _reference_graph(q, k, v, causal, scale, *masks))
+    if needs_grad or torch._C._functorch.peek_interpreter_stack() is not None:
+        return flash_attention_op(q, k, v, causal, scale, *masks)
+    return _forward_routed(q, k, v, causal, scale, *masks)  # eager inference: skip the dispatcher
+
+
+def _reference_graph(q, k, v, causal, scale, kv_lens, key_ids, query_ids):
+    return flash_attention_ref(q, k, v, causal, scale, kv_lens=kv_lens, key_ids=key_ids, query_ids=query_ids)
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     sm_scale: Optional[float] = None, *, return_lse: bool = False,
-                    kv_lens: Optional[torch.Tensor] = None):  # fmt: skip
+                    kv_lens: Optional[torch.Tensor] = None, key_padding_mask: Optional[torch.Tensor] = None,
+                    segment_ids: Optional[torch.Tensor] = None):  # fmt: skip
     """Attention without the ``Nq x Nk`` score matrix in memory: ``softmax(q k^T * sm_scale) v``.
 
     Causal masking aligns the last query with the last key (query ``i`` sees key ``j`` iff
@@ -786,6 +884,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         kv_lens: ``[B]`` int32/int64 on q's device, or None: batch row b has only its first ``kv_lens[b]`` keys (a
             preallocated KV cache; the causal diagonal ends at the last of them). The lengths live on the device, so a
             decode step over a fixed-size cache keeps its shapes and can be captured in a CUDA graph.
+        key_padding_mask: ``[B, Nk]`` bool on q's device, or None: key j of batch row b is attended only where True
+            (left or right padding, a hole anywhere). The causal diagonal does not move. A padded key's value is
+            never read into the output, NaN included; a query that sees no key gets zeros.
+        segment_ids: ``[B, N]`` int32/int64 with ``Nq == Nk == N``, or None: packed sequences, query i sees key j only
+            where their segment ids are equal (a negative id: padding, seen by no query).
 
     Returns:
         ``O [B, Hq, Nq, D]`` in q's dtype (in q's memory layout when q is ``[B, H, N, D]`` or
@@ -795,16 +898,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     scale = _check(q, k, v, causal, sm_scale, return_lse)
     if kv_lens is not None:
         _check_kv_lens(kv_lens, q, k)
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if torch.compiler.is_compiling():
-        o, lse = flash_attention_op(q, k, v, causal, scale, kv_lens)
-    else:
-        mode = runtime.autograd_mode_unsupported(q, k, v, vmap_ok=not needs_grad)
-        if mode is not None:
-            o, lse = runtime.dispatch_reference(OP, "autograd", mode,
-                                                lambda: flash_attention_ref(q, k, v, causal, scale, kv_lens=kv_lens))  # fmt: skip
-        elif needs_grad or torch._C._functorch.peek_interpreter_stack() is not None:
-            o, lse = flash_attention_op(q, k, v, causal, scale, kv_lens)
-        else:
-            o, lse = _forward_routed(q, k, v, causal, scale, kv_lens)  # eager inference: skip the dispatcher
+    key_ids = query_ids = None
+    if key_padding_mask is not None or segment_ids is not None:
+        _check_mask_args(key_padding_mask, segment_ids, q, k)
+        key_ids, query_ids = mask_ids(key_padding_mask, segment_ids)
+    o, lse = attend(q, k, v, causal, scale, kv_lens, key_ids, query_ids)
     return (o, lse) if return_lse else o
