@@ -116,10 +116,12 @@ def simulate(key: Optional[str] = "t4") -> Iterator[None]:
     if device is not None:
         _install_simulated_launch_guard()  # before the switch: a failure here leaves nothing simulated
     _simulated = device
+    _eager_launches.clear()
     try:
         yield
     finally:
         _simulated = previous
+        _eager_launches.clear()
 
 
 class FallbackWarning(UserWarning):
@@ -181,10 +183,62 @@ def last_path(op: str) -> str:
 
 
 def reset_routing_state() -> None:
-    """Forget recorded routes and which warnings were shown (tests use this)."""
+    """Forget recorded routes, which warnings were shown and the remembered eager launches (tests
+    use this)."""
     with _lock:
         _last_routes.clear()
         _warned.clear()
+        _eager_launches.clear()
+
+
+# ----------------------------------------------------------------------------------------------
+# Remembered eager launches: a repeated eager inference call skips what it decided before
+# ----------------------------------------------------------------------------------------------
+
+EAGER_LAUNCHES_MAX = 4096
+"""Signatures remembered at most (then no more are added): a decode loop repeats a few dozen."""
+
+_eager_launches: dict = {}
+
+
+def eager_fast_path() -> bool:
+    """Whether remembered launches are used at all: compiled kernels on a GPU (on the interpreter a
+    kernel costs milliseconds, and the simulation decides as another device would)."""
+    return _triton.HAVE_TRITON and not _triton.INTERPRETING and _simulated is None
+
+
+def remembered_launch(key) -> Optional[Callable]:
+    """The launch remembered for ``key`` (an op's name and the call's signature: shapes, strides,
+    dtypes, devices and the scalar arguments), or ``None``. The caller must also check
+    :func:`plain_inference`: a remembered launch serves eager inference only."""
+    return _eager_launches.get(key)
+
+
+def remember_launch(key, launch: Callable) -> None:
+    """Remember ``launch`` for ``key``: a call whose checks passed, whose route was the compiled
+    kernel and whose every decision (tiles, grid, flags) depends on nothing but the signature. It
+    then allocates the outputs, launches the kernel and records the route, nothing else."""
+    if len(_eager_launches) < EAGER_LAUNCHES_MAX:
+        _eager_launches[key] = launch
+
+
+def forget_launch(key) -> None:
+    _eager_launches.pop(key, None)
+
+
+def plain_inference(*tensors: torch.Tensor) -> bool:
+    """No autograd graph to build for ``tensors``, no ``torch.func`` transform, no forward-mode
+    tangent, no Dynamo trace: the conditions under which a remembered launch may serve a call."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    if torch.compiler.is_compiling() or torch._C._functorch.peek_interpreter_stack() is not None:
+        return False
+    return torch.autograd.forward_ad._current_level < 0
+
+
+def record_served(route: Route) -> None:
+    """Record a call a remembered launch served (``route``: the kernel's, built once)."""
+    _last_routes[route.op] = route
 
 
 def _record(route: Route) -> None:

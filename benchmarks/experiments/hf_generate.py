@@ -194,6 +194,28 @@ def prefill_row(variant, model, rope):
     return row
 
 
+def save(out: str, kinds: list, counts: dict, rows: list) -> None:
+    """Write what was measured so far (after every row: a run stopped early keeps it)."""
+    data = {
+        "schema": "tritonforge.bench/1",
+        "metadata": {
+            "suite": "hf-generate", "device": smoke.device_name(), "torch": torch.__version__, "triton": tfg.environment().triton_version,
+            "transformers": __import__("transformers").__version__, "liger": bench.liger_version(), "python": sys.version.split()[0],
+            "command": "python benchmarks/experiments/hf_generate.py " + " ".join([out, *kinds]), "layers": LAYERS, "prompt": PROMPT,
+            "dtype": str(DTYPE).removeprefix("torch."), "patched": counts, "date": None, "git_commit": None,
+        },
+        "rows": rows,
+        **smoke.meta(),
+    }  # fmt: skip
+    if DEVICE == "cuda":
+        commit, _ = bench.git_state()
+        data["metadata"].update(git_commit=os.environ.get("TRITONFORGE_GIT_COMMIT", commit),
+                                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))  # fmt: skip
+    with open(out, "w") as f:
+        json.dump(bench.json_safe(data), f, indent=1)
+        f.write("\n")
+
+
 def main(out: str, kinds: list) -> int:
     base = build_model()
     models = {"unpatched": (base, None)}
@@ -214,26 +236,10 @@ def main(out: str, kinds: list) -> int:
                 row, tokens = generate_row(kind, variant, *models[variant], batch, new, padded, baseline)
                 baseline = tokens if variant == "unpatched" else baseline
                 rows.append(row)
+                save(out, kinds, counts, rows)
     if "prefill" in kinds:
         rows += [prefill_row(v, *models[v]) for v in VARIANTS if v in models]
-    data = {
-        "schema": "tritonforge.bench/1",
-        "metadata": {
-            "suite": "hf-generate", "device": smoke.device_name(), "torch": torch.__version__, "triton": tfg.environment().triton_version,
-            "transformers": __import__("transformers").__version__, "liger": bench.liger_version(), "python": sys.version.split()[0],
-            "command": "python benchmarks/experiments/hf_generate.py " + " ".join([out, *kinds]), "layers": LAYERS, "prompt": PROMPT,
-            "dtype": str(DTYPE).removeprefix("torch."), "patched": counts, "date": None, "git_commit": None,
-        },
-        "rows": rows,
-        **smoke.meta(),
-    }  # fmt: skip
-    if DEVICE == "cuda":
-        commit, _ = bench.git_state()
-        data["metadata"].update(git_commit=os.environ.get("TRITONFORGE_GIT_COMMIT", commit),
-                                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))  # fmt: skip
-    with open(out, "w") as f:
-        json.dump(bench.json_safe(data), f, indent=1)
-        f.write("\n")
+    save(out, kinds, counts, rows)
     bad = [r for r in rows if r["variant"] == "tritonforge" and ("error" in r or r.get("fallbacks"))]
     print(f"wrote {out}: {len(rows)} rows; tritonforge rows failing or falling back: {len(bad)}")
     return 1 if bad else 0

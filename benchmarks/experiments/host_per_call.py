@@ -56,6 +56,7 @@ def cases():
     q, k, v = t(1, heads, 1, hd), t(1, kv_heads, keys, hd), t(1, kv_heads, keys, hd)
     qr, kr = t(1, heads, 1, hd), t(1, kv_heads, 1, hd)
     cos, sin = t(1, hd), t(1, hd)
+    xm, w_gate, w_up = t(1, d), t(f, d) / d**0.5, t(f, d) / d**0.5  # nn.Linear weights [out, in]
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     def sdpa():
@@ -69,6 +70,8 @@ def cases():
         ("rope", "q+k 1 token", lambda: (tfg.rope(qr, cos, sin), tfg.rope(kr, cos, sin)),
          lambda: apply_rotary_pos_emb(qr, kr, cos[None], sin[None])),
         ("flash_attention", f"decode B=1, {keys} keys", lambda: tfg.flash_attention(q, k, v), sdpa),
+        ("swiglu_mlp_front", f"1x{d} -> {f}", lambda: tfg.swiglu_mlp_front(xm, w_gate.T, w_up.T),
+         lambda: F.silu(F.linear(xm, w_gate)) * F.linear(xm, w_up)),
     ]  # fmt: skip
 
 
