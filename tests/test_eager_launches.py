@@ -104,3 +104,42 @@ def test_a_fallback_is_never_remembered(device):
         attention.attend(q, k, k, False, 0.1)
     assert _remembered("flash_attention") == 0
     assert tfg.last_route("flash_attention").reason == "unsupported"
+
+
+def test_rope_qk_and_mlp_front_remembered(monkeypatch, device):
+    """The other two ops a decode step of a patched Hugging Face model calls."""
+    from tritonforge.ops import rope, swiglu
+    from tritonforge.reference import rope_ref, swiglu_mlp_front_ref
+
+    monkeypatch.setattr(rope, "_empty", nan_empty)
+    monkeypatch.setattr(swiglu, "_empty", nan_empty)
+    q, k = torch.randn(2, 1, 8, 32, device=device).transpose(1, 2), torch.randn(2, 2, 1, 32, device=device)  # q: a projection's view
+    cos, sin = torch.randn(2, 1, 32, device=device), torch.randn(2, 1, 32, device=device)
+    x = torch.randn(2, 1, 48, device=device)
+    w_gate, w_up = torch.randn(80, 48, device=device).T, torch.randn(80, 48, device=device).T  # nn.Linear weights, transposed views
+    with torch.no_grad(), tfg.strict():
+        for step in range(3):
+            q.copy_(torch.randn_like(q))
+            x.copy_(torch.randn_like(x))
+            yq, yk = tfg.rope_qk(q, k, cos, sin)
+            y = tfg.swiglu_mlp_front(x, w_gate, w_up)
+            assert _remembered("rope_qk") == 1 and _remembered("swiglu_mlp_front") == 1, step
+            torch.testing.assert_close(yq.double(), rope_ref(q.double(), cos.double()[:, None], sin.double()[:, None], upcast=True),
+                                       rtol=1e-5, atol=1e-5)  # fmt: skip
+            torch.testing.assert_close(y.double(), swiglu_mlp_front_ref(x.double(), w_gate.double(), w_up.double()), rtol=1e-4, atol=1e-4)
+    assert tfg.last_path("rope_qk") in ("triton", "interpreter") and tfg.last_path("swiglu_mlp_front") in ("triton", "interpreter")
+
+
+def test_public_flash_attention_remembered(device):
+    q, k, v = torch.randn(2, 4, 1, 16, device=device), torch.randn(2, 2, 30, 16, device=device), torch.randn(2, 2, 30, 16, device=device)
+    with torch.no_grad(), tfg.strict():
+        first = tfg.flash_attention(q, k, v)
+        o, lse = tfg.flash_attention(q, k, v, return_lse=True)  # another key: the lse is returned too
+        assert _remembered("flash_attention") == 3  # attend's, and the public function's two
+        again = tfg.flash_attention(q, k, v)
+        with pytest.raises(TypeError, match="causal must be a bool"):
+            tfg.flash_attention(q, k, v, causal=1)  # not the same signature: checked
+    ref_o, ref_lse = flash_attention_ref(q, k, v, upcast=True)
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    torch.testing.assert_close(o.double(), ref_o, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-5, atol=1e-5)

@@ -9,7 +9,7 @@ from tritonforge.models.hf import patch
 from tritonforge.ops.attention import flash_attention
 from tritonforge.ops.fused_axpy import axpy
 from tritonforge.ops.rmsnorm import rms_norm
-from tritonforge.ops.rope import rope
+from tritonforge.ops.rope import rope, rope_qk
 from tritonforge.ops.softmax import softmax
 from tritonforge.ops.swiglu import swiglu, swiglu_mlp_front
 from tritonforge.ops.teaching import add_2d, program_map, vector_add
@@ -36,6 +36,7 @@ __all__ = [
     "softmax",
     "flash_attention",
     "rope",
+    "rope_qk",
     "patch",
     "swiglu_mlp_front",
     "environment",

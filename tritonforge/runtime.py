@@ -207,38 +207,60 @@ def eager_fast_path() -> bool:
     return _triton.HAVE_TRITON and not _triton.INTERPRETING and _simulated is None
 
 
-def remembered_launch(key) -> Optional[Callable]:
-    """The launch remembered for ``key`` (an op's name and the call's signature: shapes, strides,
-    dtypes, devices and the scalar arguments), or ``None``. The caller must also check
-    :func:`plain_inference`: a remembered launch serves eager inference only."""
-    return _eager_launches.get(key)
+MISS = object()
+"""What :func:`run_remembered` returns when no remembered launch serves the call."""
 
 
-def remember_launch(key, launch: Callable) -> None:
-    """Remember ``launch`` for ``key``: a call whose checks passed, whose route was the compiled
-    kernel and whose every decision (tiles, grid, flags) depends on nothing but the signature. It
-    then allocates the outputs, launches the kernel and records the route, nothing else."""
-    if len(_eager_launches) < EAGER_LAUNCHES_MAX:
-        _eager_launches[key] = launch
-
-
-def forget_launch(key) -> None:
-    _eager_launches.pop(key, None)
-
-
-def plain_inference(*tensors: torch.Tensor) -> bool:
-    """No autograd graph to build for ``tensors``, no ``torch.func`` transform, no forward-mode
-    tangent, no Dynamo trace: the conditions under which a remembered launch may serve a call."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+def plain_inference(*tensors: Optional[torch.Tensor]) -> bool:
+    """No autograd graph to build for ``tensors`` (``None`` entries skipped), no ``torch.func``
+    transform, no forward-mode tangent, no Dynamo trace: the conditions under which a remembered
+    launch may serve a call."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         return False
     if torch.compiler.is_compiling() or torch._C._functorch.peek_interpreter_stack() is not None:
         return False
     return torch.autograd.forward_ad._current_level < 0
 
 
-def record_served(route: Route) -> None:
-    """Record a call a remembered launch served (``route``: the kernel's, built once)."""
-    _last_routes[route.op] = route
+def run_remembered(key, *args):
+    """Serve a call by the launch remembered for ``key`` (``None``: none) with ``args`` (its tensors,
+    ``None`` for an absent optional one), or return :data:`MISS`: nothing remembered, or the call
+    needs more than the launch (:func:`plain_inference`), or the launch raised (then it is
+    forgotten, and the op's full path decides again, a kernel error there being a routed fallback)."""
+    launch = _eager_launches.get(key) if key is not None else None
+    if launch is None or not plain_inference(*args):
+        return MISS
+    try:
+        return launch(*args)
+    except Exception:  # noqa: BLE001 - see the docstring: the full path decides again
+        _eager_launches.pop(key, None)
+        return MISS
+
+
+def remember_served(op: str, key, build: Callable[[], Optional[Callable]]) -> None:
+    """After a call of ``op`` with signature ``key`` that the kernel served (its route not
+    ``torch``), remember ``build()``: a launch of the same arguments whose every decision (tiles,
+    grid, flags) depends on nothing but the signature, so that it only allocates the outputs and
+    launches; or ``None`` where the call needs more than a launch (a copy of an input, say). The
+    launch is wrapped so that it records the same route. The key holds the op's name and the
+    call's shapes, strides, dtypes, devices and scalar arguments; the checks that passed for it
+    hold for every call of that key."""
+    if key is None or key in _eager_launches:
+        return
+    route = _last_routes.get(op)
+    if route is None or route.path == "torch":
+        return
+    launch = build()
+    if launch is None:
+        return
+
+    def served(*args):
+        out = launch(*args)
+        _last_routes[op] = route
+        return out
+
+    if len(_eager_launches) < EAGER_LAUNCHES_MAX:
+        _eager_launches[key] = served
 
 
 def _record(route: Route) -> None:

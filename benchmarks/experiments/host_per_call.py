@@ -67,7 +67,7 @@ def cases():
         ("rms_norm", "64x4096", lambda: tfg.rms_norm(x64, w, 1e-6), lambda: F.rms_norm(x64, (d,), w, 1e-6)),
         ("swiglu", "1x14336", lambda: tfg.swiglu(g, u), lambda: F.silu(g) * u),
         ("softmax", "1x131072", lambda: tfg.softmax(s), lambda: torch.softmax(s, -1)),
-        ("rope", "q+k 1 token", lambda: (tfg.rope(qr, cos, sin), tfg.rope(kr, cos, sin)),
+        ("rope_qk", "q+k 1 token", lambda: tfg.rope_qk(qr, kr, cos[None], sin[None]),
          lambda: apply_rotary_pos_emb(qr, kr, cos[None], sin[None])),
         ("flash_attention", f"decode B=1, {keys} keys", lambda: tfg.flash_attention(q, k, v), sdpa),
         ("swiglu_mlp_front", f"1x{d} -> {f}", lambda: tfg.swiglu_mlp_front(xm, w_gate.T, w_up.T),

@@ -38,7 +38,7 @@ def _pair(family: str, device: str):
     reference = FAMILIES[family]().to(device).eval()
     ours = copy.deepcopy(reference)
     counts = patch(ours)
-    assert counts == {"rms_norm": 5, "mlp": 2, "attention": 2}, counts
+    assert counts == {"rms_norm": 5, "mlp": 2, "attention": 2, "rope": 2}, counts
     return reference, ours
 
 
@@ -52,7 +52,7 @@ def test_logits_within_budget_and_kernels_serve_every_call(family, device):
         with tfg.strict():
             got = ours(ids).logits
     kernel = "triton" if device == "cuda" else "interpreter"
-    for op in ("rms_norm", front_op(), "flash_attention"):
+    for op in ("rms_norm", front_op(), "flash_attention", "rope_qk"):
         assert tfg.last_path(op) == kernel, op
     assert_within_budget(got, oracle, baseline)
     assert ours.config._attn_implementation == "tritonforge" and reference.config._attn_implementation == "sdpa"

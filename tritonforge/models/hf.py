@@ -3,6 +3,8 @@
 :func:`patch` changes one model instance (no class is touched, so other models stay as they were):
 
 - every ``*RMSNorm`` module (``weight``, ``variance_epsilon``) computes :func:`tritonforge.rms_norm`;
+- the attention modules of Llama, Mistral and Qwen2 (without a sliding window) rotate q and k with
+  :func:`tritonforge.rope_qk`, one launch for both;
 - every ``*MLP`` with ``gate_proj``, ``up_proj``, ``down_proj`` (no bias) and a SiLU activation
   computes ``down_proj(swiglu_mlp_front(x, gate_proj.weight.T, up_proj.weight.T))``: both
   projections and the activation in one kernel, the weights read in place;
@@ -28,6 +30,7 @@ import torch
 from tritonforge import runtime
 from tritonforge.ops.attention import attend, mask_ids
 from tritonforge.ops.rmsnorm import rms_norm
+from tritonforge.ops.rope import rope_qk
 from tritonforge.ops.swiglu import front_is_fused, swiglu, swiglu_mlp_front
 
 ATTN_IMPLEMENTATION = "tritonforge"
@@ -193,16 +196,51 @@ def register() -> None:
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, mask_function)
 
 
+ROTARY_ATTENTION = ("LlamaAttention", "MistralAttention", "Qwen2Attention")
+"""Attention classes whose ``forward`` the patch replaces (projections, RoPE, cache, attention,
+output projection, as ``transformers`` 5 writes them), so that RoPE rotates q and k in one launch
+(:func:`tritonforge.rope_qk`). Others (extra norms on q and k, a sliding window) keep theirs,
+with the ``"tritonforge"`` attention implementation inside."""
+
+
+def _rotary_attention_forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, cache=None,
+                              **kwargs):  # fmt: skip
+    """``LlamaAttention.forward`` with :func:`tritonforge.rope_qk` for ``apply_rotary_pos_emb`` and
+    :func:`attention_forward` called directly (the same steps, one launch for the rotations)."""
+    cache = kwargs.pop("past_key_values", None) if cache is None else cache
+    input_shape = hidden_states.shape[:-1]
+    hidden_shape = (*input_shape, -1, self.head_dim)
+    query = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    key = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    cos, sin = position_embeddings
+    query, key = rope_qk(query, key, cos, sin)
+    if cache is not None:
+        key, value = cache.update(key, value, self.layer_idx, kwargs=kwargs)
+    out, _ = attention_forward(self, query, key, value, attention_mask, dropout=self.attention_dropout if self.training else 0.0,
+                               scaling=self.scaling, **kwargs)  # fmt: skip
+    return self.o_proj(out.reshape(*input_shape, -1).contiguous()), None
+
+
+def _rotary_attention(module: torch.nn.Module) -> bool:
+    if type(module).__name__ not in ROTARY_ATTENTION or hasattr(module, "q_norm") or hasattr(module, "k_norm"):
+        return False
+    if getattr(module, "sliding_window", None) or getattr(getattr(module, "config", None), "sliding_window", None):
+        return False
+    return all(hasattr(module, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling", "layer_idx"))
+
+
 def patch(model: torch.nn.Module) -> dict:
     """Run ``model`` (a ``transformers`` Llama, Mistral or Qwen2 model) through tritonforge's kernels.
 
-    Changes this instance only: its RMSNorm and MLP modules' ``forward`` and its attention
+    Changes this instance only: its RMSNorm and MLP modules' ``forward``, its attention modules'
+    ``forward`` where RoPE can be fused (:data:`ROTARY_ATTENTION`) and its attention
     implementation. Weights are shared, nothing is copied. Returns how many modules of each kind
-    were patched (``{"rms_norm": ..., "mlp": ..., "attention": ...}``); a model with none of them
-    is an error.
+    were patched (``{"rms_norm": ..., "mlp": ..., "attention": ..., "rope": ...}``); a model with
+    none of them is an error.
     """
     register()
-    counts = {"rms_norm": 0, "mlp": 0, "attention": 0}
+    counts = {"rms_norm": 0, "mlp": 0, "attention": 0, "rope": 0}
     for module in model.modules():
         name = type(module).__name__
         if name.endswith("RMSNorm") and hasattr(module, "weight") and hasattr(module, "variance_epsilon"):
@@ -213,6 +251,9 @@ def patch(model: torch.nn.Module) -> dict:
             counts["mlp"] += 1
         elif name.endswith("Attention") and hasattr(module, "q_proj"):
             counts["attention"] += 1
+            if _rotary_attention(module):
+                module.forward = types.MethodType(_rotary_attention_forward, module)
+                counts["rope"] += 1
     if not any(counts.values()):
         raise ValueError(f"model ({type(model).__name__}) has no RMSNorm, SwiGLU MLP or attention module that tritonforge knows")
     if counts["attention"]:

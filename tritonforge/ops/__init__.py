@@ -11,7 +11,7 @@ module             public function                        chapter
 ``swiglu``         ``swiglu``, ``swiglu_mlp_front``       5
 ``softmax``        ``softmax``                            6
 ``attention``      ``flash_attention``                    7
-``rope``           ``rope``                               9
+``rope``           ``rope``, ``rope_qk``                  9
 ``teaching``       ``vector_add``, ``add_2d``,            2
                    ``program_map``
 =================  =====================================  ==========

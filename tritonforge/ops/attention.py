@@ -874,13 +874,9 @@ def attend(q, k, v, causal: bool, scale: float, kv_lens=None, key_ids=None, quer
     after its checks; ``tritonforge.models.hf`` calls it with masks it built itself."""
     masks = (kv_lens, key_ids, query_ids)
     key = _signature(q, k, v, causal, scale, masks) if runtime.eager_fast_path() else None
-    if key is not None:
-        launch = runtime.remembered_launch(key)
-        if launch is not None and runtime.plain_inference(q, k, v):
-            try:
-                return launch(q, k, v, *masks)  # this signature was served by the kernels before
-            except Exception:  # noqa: BLE001 - decided again below, where a kernel error is a routed fallback
-                runtime.forget_launch(key)
+    out = runtime.run_remembered(key, q, k, v, *masks)  # this signature, served by the kernels before
+    if out is not runtime.MISS:
+        return out
     if torch.compiler.is_compiling():
         return flash_attention_op(q, k, v, causal, scale, *masks)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
@@ -890,10 +886,7 @@ def attend(q, k, v, causal: bool, scale: float, kv_lens=None, key_ids=None, quer
     if needs_grad or torch._C._functorch.peek_interpreter_stack() is not None:
         return flash_attention_op(q, k, v, causal, scale, *masks)
     out = _forward_routed(q, k, v, causal, scale, *masks)  # eager inference: skip the dispatcher
-    if key is not None and runtime.last_path(OP) != "torch":
-        remembered = _remembered_launch(q, k, v, causal, scale, masks)
-        if remembered is not None:
-            runtime.remember_launch(key, remembered)
+    runtime.remember_served(OP, key, lambda: _remembered_launch(q, k, v, causal, scale, masks))
     return out
 
 
@@ -918,12 +911,11 @@ def _remembered_launch(q, k, v, causal, scale, masks):
     p = plan(q.shape, k.shape, q.dtype, q.device)
     if p is None:
         return None
-    launch, route = launcher(q, k, v, causal, scale, p, *masks), runtime.last_route(OP)
+    launch = launcher(q, k, v, causal, scale, p, *masks)
 
     def remembered(*args):
         out = launch(*args)
         _LAST_PLAN["plan"] = p
-        runtime.record_served(route)
         return out
 
     return remembered
@@ -970,6 +962,14 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         ``[B, N, H, D]`` memory), or ``(O, lse)``. ``tfg.last_path("flash_attention")`` tells which
         path computed it.
     """
+    plain = kv_lens is None and key_padding_mask is None and segment_ids is None
+    key = None
+    if plain and runtime.eager_fast_path():  # no mask: the signature decides everything, checks included
+        signature = _signature(q, k, v, causal, sm_scale, (None, None, None))
+        key = None if signature is None else (OP, "public", return_lse, signature)
+        out = runtime.run_remembered(key, q, k, v)
+        if out is not runtime.MISS:
+            return out
     scale = _check(q, k, v, causal, sm_scale, return_lse)
     if kv_lens is not None:
         _check_kv_lens(kv_lens, q, k)
@@ -978,4 +978,15 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         _check_mask_args(key_padding_mask, segment_ids, q, k)
         key_ids, query_ids = mask_ids(key_padding_mask, segment_ids)
     o, lse = attend(q, k, v, causal, scale, kv_lens, key_ids, query_ids)
+    if key is not None:
+        runtime.remember_served(OP, key, lambda: _public_launch(q, k, v, causal, scale, return_lse))
     return (o, lse) if return_lse else o
+
+
+def _public_launch(q, k, v, causal, scale, return_lse):
+    launch = _remembered_launch(q, k, v, causal, scale, (None, None, None))
+    if launch is None:
+        return None
+    if return_lse:
+        return launch
+    return lambda q, k, v: launch(q, k, v)[0]

@@ -825,13 +825,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
         ``tfg.last_path("rms_norm_backward")`` which path computed the latest backward.
     """
     key = _signature(x, weight, eps) if runtime.eager_fast_path() else None
-    if key is not None:
-        launch = runtime.remembered_launch(key)
-        if launch is not None and runtime.plain_inference(x, weight):
-            try:
-                return launch(x, weight)  # this signature was checked and served by the kernel before
-            except Exception:  # noqa: BLE001 - decided again below, where a kernel error is a routed fallback
-                runtime.forget_launch(key)
+    y = runtime.run_remembered(key, x, weight)  # this signature, checked and served by the kernel before
+    if y is not runtime.MISS:
+        return y
     eps = _check_inputs(x, weight, eps)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
     if torch.compiler.is_compiling():  # traced by Dynamo: the graph holds the operator
@@ -849,10 +845,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     # Eager inference skips the operator's dispatcher (~10 µs of host time a call, longer than a
     # decode-sized kernel runs on the GPU) and calls what the operator's body calls.
     y = _forward_routed(x, weight, eps, save_rstd=False)[0]
-    if key is not None and runtime.last_path(OP) != "torch":
-        launch = _eager_launch(x, weight, eps)
-        if launch is not None:
-            runtime.remember_launch(key, launch)
+    runtime.remember_served(OP, key, lambda: _eager_launch(x, weight, eps))
     return y
 
 
@@ -867,8 +860,8 @@ def _signature(x, weight, eps):
 
 def _eager_launch(x: torch.Tensor, weight: torch.Tensor, eps: float):
     """The launch :func:`rms_norm_fwd` makes for this signature (inference, no rstd), with every
-    decision taken once: a function of ``(x, weight)`` that allocates y, launches the kernel and
-    records the route. ``None`` where the launch needs more than that (a copy of x or of the weight,
+    decision taken once: a function of ``(x, weight)`` that allocates y and launches the kernel.
+    ``None`` where the launch needs more than that (a copy of x or of the weight,
     the cooperative path's partials)."""
     N = x.shape[-1]
     M = x.numel() // N
@@ -883,12 +876,10 @@ def _eager_launch(x: torch.Tensor, weight: torch.Tensor, eps: float):
     kernel = _rms_norm_fwd_kernel[(M,)]
     flags = dict(BLOCK_N=block_n, ROW_FITS=one_pass, ACC_DTYPE=acc_dtype(x.dtype), ROUND_BF16=round_bf16_by_hand(x.dtype),
                  STORE_RSTD=False, num_warps=num_warps)  # fmt: skip
-    route = runtime.last_route(OP)
 
     def launch(x, weight):
         y = _empty(*shape, dtype=dtype, device=device)
         kernel(x, weight, y, y, x_stride, N, N, eps_hi, eps_lo, **flags)
-        runtime.record_served(route)
         return y
 
     return launch
