@@ -203,7 +203,10 @@ _eager_launches: dict = {}
 
 def eager_fast_path() -> bool:
     """Whether remembered launches are used at all: compiled kernels on a GPU (on the interpreter a
-    kernel costs milliseconds, and the simulation decides as another device would)."""
+    kernel costs milliseconds, and the simulation decides as another device would), outside a
+    region Dynamo traces (there the graph holds the op, and a lookup would become a guard)."""
+    if torch.compiler.is_compiling():
+        return False
     return _triton.HAVE_TRITON and not _triton.INTERPRETING and _simulated is None
 
 
