@@ -49,6 +49,8 @@ KEPT = {
     "coop_publish.py",
     "coop_registers.py",
     "e2e_llama.py",
+    "hf_generate.py",
+    "host_per_call.py",
     "inductor_rmsnorm.py",
     "long_rows.py",
     "op_integration.py",
@@ -418,6 +420,29 @@ def test_e2e_llama(tmp_path):
     assert {"attention", "MLP front", "rms_norm (x2)", "KV cache write"} <= ops
     liger = [r for r in rows if r["impl"] == "liger"]
     assert liger and all(r["status"] in ("ok", "unavailable") for r in liger)
+
+
+def test_hf_generate(tmp_path):
+    """Every case of the patched model runs on the kernels (strict: no fallback) and generates the
+    unpatched model's tokens (float32 toy model); Liger is absent on the CPU machines."""
+    out = tmp_path / "hf.json"
+    run_toy("hf_generate.py", str(out))
+    rows = read_json(out)["rows"]
+    ours = [r for r in rows if r["variant"] == "tritonforge"]
+    assert {r["case"] for r in ours} == {"eager", "eager padded", "static padded", "prefill"}
+    for row in ours:
+        assert "error" not in row and not row.get("fallbacks"), row
+        assert row["case"] == "prefill" or (row["same_tokens"] == 1.0 and row["tokens_per_s"] > 0), row
+    assert all(r["variant"] != "liger" or r.get("status") == "unavailable" or "error" not in r for r in rows)
+
+
+def test_host_per_call(tmp_path):
+    out = tmp_path / "host.json"
+    run_toy("host_per_call.py", str(out))
+    rows = read_json(out)["rows"]
+    assert {r["op"] for r in rows} == {"rms_norm", "swiglu", "softmax", "rope_qk", "flash_attention", "swiglu_mlp_front"}
+    for row in rows:
+        assert row["tritonforge_wall_us"] > 0 and row["native_wall_us"] > 0 and row["wall_ratio"] > 0, row
 
 
 def test_rmsnorm_fwd_blocks(tmp_path):

@@ -66,6 +66,12 @@ def test_runtime_limits_are_the_t4s():
     assert runtime.supports_bf16(cpu) is True  # back to the CPU's answer
 
 
+ON_THE_INTERPRETER = pytest.mark.skipif(
+    not runtime.interpreting(), reason="the simulation runs kernels in the interpreter on CPU tensors (a machine without a GPU)"
+)
+
+
+@ON_THE_INTERPRETER
 def test_routing_refuses_bf16_as_on_a_t4():
     x = torch.randn(4, 40, dtype=torch.bfloat16)
     w = torch.randn(40, dtype=torch.bfloat16)
@@ -86,6 +92,7 @@ def _copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=mask), mask=mask)
 
 
+@ON_THE_INTERPRETER
 def test_a_bf16_kernel_launched_by_hand_is_refused_on_a_simulated_sm75():
     """A real T4 would compile and run it (Triton emulates bf16 there); the book's rule is that no
     bf16 kernel runs below sm_80, and the simulation enforces it for hand launches too."""

@@ -77,6 +77,12 @@ def build_model():
     return model
 
 
+def transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
 def load_liger(model):
     """``(model, rope)``: a copy patched by Liger-Kernel and its RoPE function, or ``(None, reason)``."""
     try:
@@ -200,7 +206,7 @@ def save(out: str, kinds: list, counts: dict, rows: list) -> None:
         "schema": "tritonforge.bench/1",
         "metadata": {
             "suite": "hf-generate", "device": smoke.device_name(), "torch": torch.__version__, "triton": tfg.environment().triton_version,
-            "transformers": __import__("transformers").__version__, "liger": bench.liger_version(), "python": sys.version.split()[0],
+            "transformers": transformers_version(), "liger": bench.liger_version(), "python": sys.version.split()[0],
             "command": "python benchmarks/experiments/hf_generate.py " + " ".join([out, *kinds]), "layers": LAYERS, "prompt": PROMPT,
             "dtype": str(DTYPE).removeprefix("torch."), "patched": counts, "date": None, "git_commit": None,
         },
