@@ -33,9 +33,6 @@ Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/hf_generate.py OUT.js
 """
 
 import copy
-import datetime
-import json
-import os
 import statistics
 import sys
 import time
@@ -213,13 +210,7 @@ def save(out: str, kinds: list, counts: dict, rows: list) -> None:
         "rows": rows,
         **smoke.meta(),
     }  # fmt: skip
-    if DEVICE == "cuda":
-        commit, _ = bench.git_state()
-        data["metadata"].update(git_commit=os.environ.get("TRITONFORGE_GIT_COMMIT", commit),
-                                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))  # fmt: skip
-    with open(out, "w") as f:
-        json.dump(bench.json_safe(data), f, indent=1)
-        f.write("\n")
+    smoke.write_record(out, data)
 
 
 def main(out: str, kinds: list) -> int:

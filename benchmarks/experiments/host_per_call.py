@@ -11,9 +11,6 @@ Usage (CUDA GPU, repository root): python benchmarks/experiments/host_per_call.p
 Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/host_per_call.py OUT.json
 """
 
-import datetime
-import json
-import os
 import sys
 import time
 
@@ -97,13 +94,7 @@ def main(out: str) -> int:
         "rows": rows,
         **smoke.meta(),
     }  # fmt: skip
-    if DEVICE == "cuda":
-        commit, _ = bench.git_state()
-        data["metadata"].update(git_commit=os.environ.get("TRITONFORGE_GIT_COMMIT", commit),
-                                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))  # fmt: skip
-    with open(out, "w") as f:
-        json.dump(bench.json_safe(data), f, indent=1)
-        f.write("\n")
+    smoke.write_record(out, data)
     print(f"wrote {out}: {len(rows)} rows")
     return 0
 

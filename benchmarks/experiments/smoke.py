@@ -122,6 +122,21 @@ def checked_row(out: dict, call: Callable[[], torch.Tensor], ref: torch.Tensor, 
     return out
 
 
+def write_record(path: str, data: dict) -> None:
+    """Write ``data`` (``{"metadata": {...}, "rows": [...], ...}``) to ``path`` as JSON, its metadata
+    stamped on a GPU with the commit (``TRITONFORGE_GIT_COMMIT`` when set: a copy of the tree sent to
+    a GPU machine may carry an older ``.git``) and the date."""
+    if DEVICE == "cuda":
+        import datetime
+
+        commit, _ = bench.git_state()
+        data["metadata"].update(git_commit=os.environ.get("TRITONFORGE_GIT_COMMIT", commit),
+                                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))  # fmt: skip
+    with open(path, "w") as f:
+        json.dump(bench.json_safe(data), f, indent=1)
+        f.write("\n")
+
+
 def save_rows(path: str, copy: dict, rows: list) -> None:
     """Write what a script measured so far (its device, versions, the copy ceiling and its rows), after
     every case: a run stopped early keeps what it measured."""
