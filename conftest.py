@@ -11,14 +11,28 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import tritonforge  # noqa: E402,F401  (first, so the interpreter flag precedes import triton)
-from tritonforge import runtime  # noqa: E402
+from tritonforge import launches, runtime  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _fresh_routing_state():
     runtime.reset_routing_state()
+    launches.forget()
     yield
     runtime.reset_routing_state()
+    launches.forget()
+
+
+@pytest.fixture(params=["cooperative launch", "ordinary launch"])
+def coop_launch(request, monkeypatch):
+    """Each way the cooperative rows launch (``tritonforge.ops.gpu.coop.COOPERATIVE_LAUNCH``): a GPU
+    test of the cooperative kernels runs under both."""
+    from tritonforge.ops.gpu import coop
+
+    monkeypatch.setattr(coop, "COOPERATIVE_LAUNCH", request.param == "cooperative launch")
+    launches.forget()
+    yield request.param
+    launches.forget()
 
 
 def pytest_collection_modifyitems(config, items):

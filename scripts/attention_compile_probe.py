@@ -3,7 +3,7 @@ for an H200 (sm_90, 227 KB of shared memory, 132 SMs) and a T4 (sm_75, 64 KB, 40
 the device runs, head dims 64, 80, 128 and 256, causal and not, prefill and decode.
 
 For each it prints the shared memory the compiled kernel asks for beside the device's limit and
-beside the plan's own estimate (``attention._tile_bytes``); a compile failure prints the
+beside the plan's own estimate (``attention_prefill._tile_bytes``); a compile failure prints the
 compiler's last line and makes the exit status 1. Compile-only: nothing runs, nothing is timed.
 
 Usage (any machine with Triton's NVIDIA backend, e.g. the book's CPU venv)::
@@ -22,7 +22,8 @@ os.environ["TRITON_INTERPRET"] = "0"  # compile, never interpret (before tritonf
 
 import torch  # noqa: E402
 
-from tritonforge.ops import attention  # noqa: E402
+from tritonforge.ops import attention, attention_decode  # noqa: E402
+from tritonforge.ops import attention_prefill as prefill  # noqa: E402
 
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -36,12 +37,12 @@ STRIDES = ["q_sb", "q_sh", "q_sn", "k_sb", "k_sh", "k_sn", "v_sb", "v_sh", "v_sn
 IDS = {"kid_ptr": "*i32", "qid_ptr": "*i32", "kid_sb": "i32", "qid_sb": "i32"}  # key and query ids (padding, packing)
 
 
-def _compile(kernel, signature: dict, constexprs: dict, arch: int, plan: attention.Plan):
+def _compile(kernel, signature: dict, constexprs: dict, arch: int, plan: prefill.Plan):
     source = ASTSource(fn=kernel, signature={**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs=constexprs)
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": plan.num_warps, "num_stages": plan.num_stages})
 
 
-def _flags(dtype: str, head_d: int, D: int, p: attention.Plan, causal: bool) -> dict:
+def _flags(dtype: str, head_d: int, D: int, p: prefill.Plan, causal: bool) -> dict:
     return dict(HAS_LENS=False, HAS_IDS=False, HAS_QIDS=False, CAUSAL=causal, BLOCK_M=p.block_m, BLOCK_N=p.block_n,
                 HEAD_D=head_d, EVEN_D=head_d == D, UPCAST=False,
                 ROUND_BF16=False, IEEE_DOT=dtype == "fp32", ACC_DTYPE=triton.language.float32)  # fmt: skip
@@ -54,7 +55,7 @@ def compile_prefill(dtype: str, D: int, causal: bool, arch: int, shared: int, sm
     signature = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "lse_ptr": "*fp32", "kv_lens_ptr": "*i32",
                  **IDS, **dict.fromkeys(STRIDES, "i32"), "Hq": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32", "D": "i32",
                  "qk_scale": "fp32", "qk_scale_lo": "fp32"}  # fmt: skip
-    return p, _compile(attention._flash_attn_fwd_kernel, signature, _flags(dtype, head_d, D, p, causal), arch, p)
+    return p, _compile(prefill._flash_attn_fwd_kernel, signature, _flags(dtype, head_d, D, p, causal), arch, p)
 
 
 def compile_decode(dtype: str, D: int, arch: int, shared: int, sms: int):
@@ -65,11 +66,11 @@ def compile_decode(dtype: str, D: int, arch: int, shared: int, sms: int):
                  "kv_lens_ptr": "*i32", **IDS, "Hq": "i32", "Hkv": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32", "D": "i32", "chunk": "i32",
                  "qk_scale": "fp32", "qk_scale_lo": "fp32"}  # fmt: skip
     constexprs = {"SPLITS": p.splits, **_flags(dtype, head_d, D, p, False), "HAS_LENS": True, "HAS_IDS": True}  # a padded static cache's decode
-    split = _compile(attention._flash_decode_split_kernel, signature, constexprs, arch, p)
+    split = _compile(attention_decode._flash_decode_split_kernel, signature, constexprs, arch, p)
     merge_signature = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": ptr, "lse_ptr": "*fp32", "o_sb": "i32", "o_sh": "i32",
                        "o_sn": "i32", "Hq": "i32", "Nq": "i32", "D": "i32"}  # fmt: skip
     merge_constexprs = {"SPLITS": p.splits, "SPLITS_P2": triton.next_power_of_2(p.splits), "HEAD_D": head_d, "ROUND_BF16": False}
-    merge = _compile(attention._flash_decode_merge_kernel, merge_signature, merge_constexprs, arch, attention.Plan("merge", 0, 0, 4, 1))
+    merge = _compile(attention_decode._flash_decode_merge_kernel, merge_signature, merge_constexprs, arch, prefill.Plan("merge", 0, 0, 4, 1))
     return p, split, merge
 
 
@@ -87,7 +88,7 @@ def main(quick: bool) -> int:
                 lines = [line for line in str(exc).splitlines() if line.strip()]
                 print(f"FAILS {name}: {type(exc).__name__}: {lines[-1] if lines else ''}")
                 continue
-            estimate = attention._tile_bytes(p.block_m, p.block_n, max(16, triton.next_power_of_2(D)), p.num_stages, TORCH_DTYPE[dtype].itemsize)
+            estimate = prefill._tile_bytes(p.block_m, p.block_n, max(16, triton.next_power_of_2(D)), p.num_stages, TORCH_DTYPE[dtype].itemsize)
             print(f"ok    {name}: tile {p.block_m}x{p.block_n} w{p.num_warps} s{p.num_stages}, shared {kernel.metadata.shared} B "
                   f"(estimate {estimate}, limit {shared})")  # fmt: skip
             failures += kernel.metadata.shared > shared

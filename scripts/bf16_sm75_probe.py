@@ -1,6 +1,6 @@
 """What Triton compiles for bf16 on a T4 (sm_75) and on an A100 (sm_80): compile-only, no GPU needed.
 
-The evidence behind ``tritonforge.runtime.supports_bf16``'s docstring. Each small kernel is compiled
+The evidence behind ``tritonforge.hardware.supports_bf16``'s docstring. Each small kernel is compiled
 for ``GPUTarget("cuda", arch, 32)`` and the PTX is searched for the instructions that matter: bf16
 conversions (``cvt.*bf16``), bf16 arithmetic, tensor-core ``mma.sync``, atomics. A failure prints
 the compiler's message. Also checks that a plain ``print`` in a kernel compiles to
@@ -15,9 +15,14 @@ Run 2026-11-30 with Triton 3.9.0 (the CPU venv) and, in an earlier form without 
 column, 3.6.0 (the GPU machine), which gave the same verdicts for every other column:
 sm_75 compiles bf16 load + upcast + store (no cvt: the float32 -> bf16 rounding is done by hand in
 integer instructions, add 0x7FFF plus the lowest kept bit, NaN kept), plain bf16 adds, ``tl.dot``
-on bf16 (float32 FMAs, no mma; fp16 likewise) and bf16 atomics; sm_80 uses ``mma.sync ... bf16``;
+on bf16 (float32 FMAs, no mma; fp16 likewise, and ``fma.rn.f16`` with a float16 accumulator) and
+bf16 atomics; sm_80 uses ``mma.sync ... bf16``;
 ``tl.exp`` on bf16 fails on both (it takes fp32/fp64 only); ``print`` compiles to a device print and
 ``breakpoint()`` fails with NameError on both.
+
+No tensor-core instruction for ``tl.dot`` on sm_75 is Triton's choice since November 2024
+(triton-lang/triton#5066: "fallback to FMA for computeCapability < 80"); older Triton emitted
+Turing's ``mma.sync.aligned.m16n8k8`` for fp16 there. Rechecked 2026-12-04 with Triton 3.9.0.
 """
 
 from __future__ import annotations
@@ -66,6 +71,14 @@ def dot_kernel(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def dot_fp16_acc_kernel(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    a = tl.load(a_ptr + r[:, None] * BLOCK + r[None, :])
+    b = tl.load(b_ptr + r[:, None] * BLOCK + r[None, :])
+    tl.store(c_ptr + r[:, None] * BLOCK + r[None, :], tl.dot(a, b, out_dtype=tl.float16))
+
+
+@triton.jit
 def atomic_add(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
@@ -91,6 +104,8 @@ CASES = {
     "tl.exp on a bf16 block": (native_exp, {"x_ptr": "*bf16", "o_ptr": "*bf16", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024}),
     "tl.dot bf16 x bf16 -> fp32": (dot_kernel, {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 32}),
     "tl.dot fp16 x fp16 -> fp32": (dot_kernel, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 32}),
+    "tl.dot fp16 x fp16 -> fp16": (dot_fp16_acc_kernel, {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16",
+                                                          "BLOCK": "constexpr"}, {"BLOCK": 32}),
     "tl.atomic_add bf16": (atomic_add, {"x_ptr": "*bf16", "o_ptr": "*bf16", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 1024}),
     "print(...) in a kernel": (with_print, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 8}),
     "breakpoint() in a kernel": (with_breakpoint, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 8}),
@@ -126,7 +141,8 @@ def main(archs: list[int]) -> None:
             printed = "tt.print" in compiled.asm["ttir"]
             print(
                 f"sm_{arch} OK    {name}: cvt bf16 {cvt}; bf16 arith {arith}; mma {mma}; "
-                f"fma.rn.f32 x{ptx.count('fma.rn.f32')}; atom {atom}; round-by-hand (+0x7FFF) {'32767' in ptx}; "
+                f"fma.rn.f32 x{ptx.count('fma.rn.f32')}; fma.rn.f16 x{ptx.count('fma.rn.f16')}; atom {atom}; "
+                f"round-by-hand (+0x7FFF) {'32767' in ptx}; "
                 f"tt.print {printed}; vprintf {'vprintf' in ptx}"
             )
 

@@ -63,16 +63,22 @@ if SMOKE:
 import torch  # noqa: E402
 
 import tritonforge as tfg  # noqa: E402  (first: it decides the interpreter flag before triton loads)
+from tritonforge import hardware, runtime  # noqa: E402
 from tritonforge import reference as ref  # noqa: E402
-from tritonforge import runtime  # noqa: E402
+from tritonforge.ops.gpu import softmax as gpu_softmax  # noqa: E402
 
-SMALL = SMOKE or not torch.cuda.is_available() or runtime.interpreting()
+SMALL = SMOKE or not torch.cuda.is_available() or hardware.interpreting()
 DEVICE = torch.device("cpu" if SMALL else "cuda")
 
 rms_mod = importlib.import_module("tritonforge.ops.rmsnorm")
+rms_bwd_mod = importlib.import_module("tritonforge.ops.rmsnorm_backward")
+gpu_softmax_mod = importlib.import_module("tritonforge.ops.gpu.softmax")
 softmax_mod = importlib.import_module("tritonforge.ops.softmax")
 swiglu_mod = importlib.import_module("tritonforge.ops.swiglu")
+swiglu_front_mod = importlib.import_module("tritonforge.ops.swiglu_front")
 attention_mod = importlib.import_module("tritonforge.ops.attention")
+attention_prefill_mod = importlib.import_module("tritonforge.ops.attention_prefill")
+attention_decode_mod = importlib.import_module("tritonforge.ops.attention_decode")
 rope_mod = importlib.import_module("tritonforge.ops.rope")
 
 BF16, FP16, FP32, FP64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
@@ -191,7 +197,7 @@ def rms_strategy(M: int, N: int, dtype: torch.dtype) -> str:
         block, _ = rms_mod.row_config(N, dtype, backward=True)
         bwd = "row-fits" if N <= block else "loop"
         if bwd == "row-fits":
-            bwd += f"/stages={rms_mod.bwd_stages(block, dtype, DEVICE)}"
+            bwd += f"/stages={rms_bwd_mod.bwd_stages(block, dtype, DEVICE)}"
         return f"fwd {fwd}, bwd {bwd}"
     except Exception as exc:  # noqa: BLE001 - a description only
         return f"? ({type(exc).__name__})"
@@ -249,7 +255,7 @@ def _(c: Case) -> None:
 @case("rms_norm/cooperative")
 def _(c: Case) -> None:
     # N > 32768 with M * cdiv(N, chunk) >= 132 programs (chunks of 16384 in bf16, 8192 in float32:
-    # rmsnorm.fwd_coop_chunk): several programs per row meet at a barrier.
+    # gpu_rmsnorm.chunk): several programs per row meet at a barrier.
     run_rms_norm(c, pick(40, 20), pick(65536, 300), BF16, expected="fwd cooperative x4, bwd loop")
     run_rms_norm(c, pick(24, 3), pick(50000, 130), FP32, expected="fwd cooperative x7, bwd loop")  # a ragged last chunk
     run_rms_norm(c, pick(48, 3), pick(49152, 128), BF16, expected="fwd cooperative x3, bwd loop")  # whole chunks: no masks (EVEN_N)
@@ -285,7 +291,7 @@ def _(c: Case) -> None:
 def softmax_strategy(M: int, N: int, dtype: torch.dtype) -> str:
     try:
         p = softmax_mod.plan(M, N, dtype, DEVICE)
-        return (p.strategy + (" pipelined" if p.stages > 1 else "") + (f" x{p.splits}" if p.splits > 1 else "")
+        return (p.strategy + (f" x{p.splits}" if p.splits > 1 else "")
                 + (f" rows x{p.rows}" if p.rows > 1 else ""))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a description only
         return f"? ({type(exc).__name__})"
@@ -349,52 +355,19 @@ def softmax_online_plan() -> contextlib.AbstractContextManager:
     return softmax_plan_rewritten(online)
 
 
-def softmax_pipelined_plan() -> contextlib.AbstractContextManager:
-    """On an H100/H200, serve the forward's 16-bit rows in blocks of 32K with the pipelined plan
-    where they would be cooperative: since ``SHORT_COOP_CHUNK`` the op takes it by itself only for
-    rows too few to be cooperative (H200: up to 16 of 32K), one row a program; here its programs
-    loop over several rows."""
-    if one_pass_16bit_32k() != "one-pass pipelined":
-        return contextlib.nullcontext()
-    width = softmax_mod.ROW_FIT_LIMIT
-
-    def pipelined(p, N, dtype, backward):
-        if backward or dtype.itemsize != 2 or not width // 2 < N <= width:
-            return p
-        return softmax_mod.Plan("one-pass", width, softmax_mod._warps(width), stages=softmax_mod.PIPELINE_STAGES)
-
-    return softmax_plan_rewritten(pipelined)
-
-
-def one_pass_16bit_32k() -> str:
-    """The plan label of 16-bit rows in blocks of 32K: persistent programs with 3 rows in flight
-    where shared memory holds them (H100/H200), a program per row elsewhere and at toy sizes."""
-    shared = None if SMALL else runtime.shared_memory_per_block(torch.device(DEVICE))
-    return "one-pass pipelined" if softmax_mod.pipelines_rows(32768, BF16, shared) else "one-pass"
-
-
 @case("softmax/one-pass")
 def _(c: Case) -> None:
     run_softmax(c, pick(64, 5), pick(1000, 37), FP32, expected="one-pass", masked=True)
     run_softmax(c, pick(300, 3), pick(4096, 64), BF16, expected="one-pass")
-    run_softmax(c, 4, pick(32768, 64), BF16, expected=one_pass_16bit_32k())  # ROW_FIT_LIMIT itself: 16 warps
+    run_softmax(c, 4, pick(32768, 64), BF16, expected="one-pass")  # ROW_FIT_LIMIT itself: 16 warps (too few rows to be cooperative)
 
 
 @case("softmax/rows")
 def _(c: Case) -> None:
     # 16-bit rows of 512-2K on a GPU: two rows a program, one [2, BLOCK_N] block; an odd row count
     # leaves the last program a row past M.
-    run_softmax(c, pick(301, 5), pick(1000, 37), BF16, expected=f"one-pass rows x{softmax_mod.ROWS_PER_PROGRAM}", masked=True)
-    run_softmax(c, pick(33, 3), pick(2048, 64), FP16, expected=f"one-pass rows x{softmax_mod.ROWS_PER_PROGRAM}")
-
-
-@case("softmax/pipelined")
-def _(c: Case) -> None:
-    # Persistent programs (one per SM) looping over 300 rows of 20000 in blocks of 32K (a forced plan:
-    # so many rows are cooperative), then 16 rows of 32K, which take it by themselves (one row a program).
-    with softmax_pipelined_plan():
-        run_softmax(c, pick(300, 5), pick(20000, 50), BF16, expected=one_pass_16bit_32k(), masked=True)
-    run_softmax(c, pick(16, 3), pick(32768, 64), FP16, expected=one_pass_16bit_32k())
+    run_softmax(c, pick(301, 5), pick(1000, 37), BF16, expected=f"one-pass rows x{gpu_softmax.ROWS_PER_PROGRAM}", masked=True)
+    run_softmax(c, pick(33, 3), pick(2048, 64), FP16, expected=f"one-pass rows x{gpu_softmax.ROWS_PER_PROGRAM}")
 
 
 @case("softmax/cooperative")
@@ -511,7 +484,7 @@ def run_front(c: Case, M: int, D: int, F: int, dtype: torch.dtype, *, linear_lay
     check("swiglu_mlp_front dx", xg.grad, x64.grad, dtype)
     check("swiglu_mlp_front dw_gate", wgg.grad, wg64.grad, dtype)
     check("swiglu_mlp_front dw_up", wug.grad, wu64.grad, dtype)
-    regime = "decode" if M <= swiglu_mod.DECODE_ROWS else "prefill"
+    regime = "decode" if M <= swiglu_front_mod.DECODE_ROWS else "prefill"
     c.did(f"{name(dtype)} M={M} D={D} F={F}{' linear-layout' if linear_layout else ''}: {regime}")
 
 
@@ -677,7 +650,8 @@ def poison_outputs() -> None:
             t.fill_(math.nan)
         return t
 
-    for module in (rms_mod, softmax_mod, swiglu_mod, attention_mod, rope_mod):
+    for module in (rms_mod, rms_bwd_mod, softmax_mod, gpu_softmax_mod, swiglu_mod, swiglu_front_mod, attention_prefill_mod,
+                   attention_decode_mod, rope_mod):  # fmt: skip
         if hasattr(module, "_empty"):
             module._empty = nan_empty
 

@@ -50,9 +50,9 @@ def skip_unsupported(dtype: torch.dtype, device: str) -> None:
     """Skip (with the reason) a bf16 case on a GPU the package runs no bf16 kernel on."""
     import pytest
 
-    from tritonforge import runtime
+    from tritonforge import hardware
 
-    if dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(device)):
+    if dtype == torch.bfloat16 and not hardware.supports_bf16(torch.device(device)):
         pytest.skip("bfloat16 kernels need compute capability >= 8.0")
 
 
@@ -71,6 +71,6 @@ def budget(out: torch.Tensor, oracle: torch.Tensor, lowp: torch.Tensor, what: st
 def front_op(dtype: torch.dtype = torch.float32) -> str:
     """The op that serves a model's MLP front in ``dtype``: the fused GEMM kernel
     (``swiglu_mlp_front``) where it runs, else cuBLAS then the elementwise ``swiglu`` (float32 on a GPU)."""
-    from tritonforge.ops.swiglu import front_is_fused
+    from tritonforge.ops.swiglu_front import front_is_fused
 
     return "swiglu_mlp_front" if front_is_fused(dtype) else "swiglu"

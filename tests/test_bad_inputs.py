@@ -139,6 +139,8 @@ SPECIFIC = [
     # softmax
     Bad("softmax", "x", "0-d", _set("x", lambda t: t[0, 0]), ValueError),
     Bad("softmax", "x", "complex", _set("x", lambda t: t.to(torch.complex64)), TypeError),
+    Bad("softmax", "dim", "out of range", lambda kw: kw.update(dim=2), IndexError),
+    Bad("softmax", "dim", "float", lambda kw: kw.update(dim=1.0), TypeError),
     # flash_attention
     Bad("flash_attention", "q", "3-D", _set("q", lambda t: t[0]), ValueError),
     Bad("flash_attention", "k", "5-D", _both("k", "v", lambda t: t[None]), ValueError),
@@ -160,6 +162,9 @@ SPECIFIC = [
     Bad("flash_attention", "sm_scale", "string", _set("sm_scale", lambda s: "0.1"), TypeError),
     Bad("flash_attention", "sm_scale", "bool", _set("sm_scale", lambda s: True), TypeError),
     Bad("flash_attention", "sm_scale", "tensor", _set("sm_scale", lambda s: torch.tensor(0.1)), TypeError),
+    Bad("flash_attention", "sm_scale", "negative", _set("sm_scale", lambda s: -1.0), ValueError),
+    Bad("flash_attention", "sm_scale", "zero", _set("sm_scale", lambda s: 0.0), ValueError),
+    Bad("flash_attention", "causal", "numpy int", _set("causal", lambda c: __import__("numpy").int64(1)), TypeError),
     # axpy
     Bad("axpy", "alpha", "string", _set("alpha", lambda a: "2"), TypeError),
     Bad("axpy", "alpha", "None", _set("alpha", lambda a: None), TypeError),
@@ -197,7 +202,7 @@ def test_table_breaks_every_argument_of_every_op():
 def test_bad_input_raises_naming_the_argument(bad: Bad):
     kwargs = _good(bad.op)
     bad.change(kwargs)
-    with tfg.strict(), pytest.raises((TypeError, ValueError)) as info:
+    with tfg.strict(), pytest.raises((TypeError, ValueError, IndexError)) as info:
         FUNCTIONS[bad.op](**kwargs)
     assert type(info.value) is bad.error, f"{type(info.value).__name__} (expected {bad.error.__name__}): {info.value}"
     assert _names(str(info.value), bad.arg), f"the message does not name {bad.arg!r}: {info.value}"
@@ -264,3 +269,42 @@ def test_empty_input_is_a_recorded_route_not_an_error(case: Empty):
     assert tuple(out.shape) == case.shape and out.dtype == torch.float32
     if case.op == "swiglu_mlp_front" and out.numel():
         assert (out == 0).all()
+
+
+@pytest.mark.parametrize("odd", ["k", "v"])
+def test_a_head_dim_mismatch_blames_the_tensor_that_differs_from_q(odd):
+    """q sets the head dim: the tensor whose head dim differs from q's is named first (a mismatch of k
+    alone used to be reported as v's shape against k's)."""
+    kwargs = _good("flash_attention")
+    kwargs[odd] = kwargs[odd][..., :8]
+    with pytest.raises(ValueError, match=rf"^{odd} has head dim 8 but q has 16"):
+        tfg.flash_attention(**kwargs)
+
+
+def test_numpy_bools_are_bools():
+    """``causal=np.bool_(True)`` (what ``array.any()`` gives) is a bool: accepted, with the same answer
+    as ``True``; a wrong type is named with its module (``numpy.int64``, not an ambiguous ``int64``)."""
+    import numpy as np
+
+    kwargs = _good("flash_attention")
+    with tfg.strict():
+        expected = tfg.flash_attention(**{**kwargs, "causal": True})
+        got = tfg.flash_attention(**{**kwargs, "causal": np.bool_(True)}, return_lse=np.bool_(False))
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="causal must be a bool, got numpy.int64"):
+        tfg.flash_attention(**{**kwargs, "causal": np.int64(1)})
+
+
+@pytest.mark.parametrize("dim", [0, 1, -2, 2, -1])
+def test_softmax_takes_a_dim_as_torch_does(dim):
+    x = torch.randn(3, 5, 7)
+    with tfg.strict():
+        got = tfg.softmax(x, dim=dim)
+    torch.testing.assert_close(got.double(), torch.softmax(x.double(), dim), rtol=1e-6, atol=1e-7)
+    assert got.is_contiguous() and tfg.last_path("softmax") in ("triton", "interpreter")
+
+
+@pytest.mark.parametrize("dim, error", [(3, IndexError), (-4, IndexError), (1.0, TypeError), ("1", TypeError), (True, TypeError)])
+def test_softmax_refuses_a_bad_dim_naming_it(dim, error):
+    with pytest.raises(error, match="dim"):
+        tfg.softmax(torch.randn(3, 5, 7), dim=dim)

@@ -1,6 +1,7 @@
 """The book's structure: clean notebooks, a consistent table of contents, the Colab install cell,
 and one repository URL."""
 
+import ast
 import json
 import pathlib
 import re
@@ -9,6 +10,7 @@ import pytest
 import yaml
 
 from tritonforge.book.colab import REPOSITORY_URL, colab_url, install_cell_source
+from tritonforge.book.compile_ir import PAGE_WIDTH
 
 pytestmark = pytest.mark.version_free  # the book's structure and text: the same on any Triton (the lowest-Triton pass of .ci/run leaves it out)
 
@@ -64,6 +66,43 @@ def test_chapter_imports_tritonforge_before_triton(path):
     assert first_tfg >= 0, "a chapter imports tritonforge"
     first_triton = min((m.start() for m in re.finditer(r"^\s*(import|from) triton\b(?!forge)", code, re.M)), default=len(code))
     assert first_tfg < first_triton, "import tritonforge must come before import triton (interpreter flag)"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "chapters").glob("*.ipynb")), ids=lambda p: p.name)
+def test_the_cells_every_page_opens_with_fit_the_page(path):
+    """Issue 32: the install and import cells scrolled sideways on every page, their long lines cut
+    at the box's edge. A page's first two code cells (the Colab install cell, the imports) and every
+    import statement anywhere fit in ``compile_ir.PAGE_WIDTH`` characters a line, the width the
+    content column shows without scrolling (``tests/browser`` measures it). Code cells further down
+    may still scroll: the browser test exempts code a reader types."""
+    code_cells = ["".join(c["source"]) for c in _load(path)["cells"] if c["cell_type"] == "code"]
+    too_wide = [f"cell {i}: {line!r}" for i, source in enumerate(code_cells[:2])
+                for line in source.splitlines() if len(line) > PAGE_WIDTH]  # fmt: skip
+    for i, source in enumerate(code_cells):
+        lines = source.splitlines()
+        tree = ast.parse(re.sub(r"^(\s*)[%!].*$", r"\1pass", source, flags=re.M))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                too_wide += [f"cell {i}: {line!r}" for line in lines[node.lineno - 1 : node.end_lineno] if len(line) > PAGE_WIDTH]
+    assert not too_wide, f"lines wider than PAGE_WIDTH = {PAGE_WIDTH}: " + "; ".join(dict.fromkeys(too_wide))
+
+
+def _title(entry: str) -> str:
+    """The first heading of a table-of-contents entry: what the sidebar shows for it."""
+    path = next(p for p in (ROOT / (entry + ".md"), ROOT / (entry + ".ipynb")) if p.is_file())
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".ipynb":
+        text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "markdown")
+    return re.search(r"^# (.+)$", text, re.M).group(1).strip()
+
+
+def test_no_page_repeats_its_parts_caption():
+    """Issue 32: "Kernels" appeared twice in the sidebar, as a part's caption and as the title of
+    the part's first page. A page under a caption says something the caption does not."""
+    for part in TOC["parts"]:
+        for chapter in part["chapters"]:
+            title = chapter.get("title") or _title(chapter["file"])  # _toc.yml may name the entry itself
+            assert title.casefold() != part["caption"].casefold(), f"{chapter['file']} repeats '{part['caption']}'"
 
 
 def test_repository_url_agrees_with_the_package():

@@ -7,23 +7,10 @@ import pytest
 import torch
 
 import tritonforge as tfg
-from tritonforge import runtime
+from tritonforge import hardware
 from tritonforge._triton import tl, triton
-from tritonforge.kernel_utils import (
-    acc_dtype,
-    acc_torch_dtype,
-    bf16_pair,
-    bf16_pair_hi,
-    bf16_pair_lo,
-    cast_for_store,
-    exp_shifted,
-    flagged,
-    pack_floats,
-    packs_bf16_rows,
-    round_bf16_by_hand,
-    word_hi,
-    word_lo,
-)
+from tritonforge.kernel_utils import acc_dtype, acc_torch_dtype, cast_for_store, exp_shifted, round_bf16_by_hand
+from tritonforge.ops.gpu.coop import bf16_pair, bf16_pair_hi, bf16_pair_lo, flagged, pack_floats, packs_bf16_rows, word_hi, word_lo
 from tritonforge.ops.rmsnorm import rms_norm_fwd
 from tritonforge.reference import rms_norm_ref
 
@@ -43,7 +30,7 @@ def test_cast_for_store_rounds_to_nearest_even(dtype, device):
     """fp32 -> dtype rounds like PyTorch's own cast (to nearest, ties to even), in the interpreter
     too, where Triton truncates to bf16 unless the bits are rounded by hand; a float32 output is
     never rounded to bf16 precision (the mixed-dtype RMSNorm stores one)."""
-    if dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(device)):
+    if dtype == torch.bfloat16 and not hardware.supports_bf16(torch.device(device)):
         pytest.skip("bfloat16 kernels need compute capability >= 8.0")
     src = torch.randn(1000, device=device) * 3
     src[:4] = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, float("nan"), -0.0])  # bf16 ties and specials
@@ -105,7 +92,7 @@ def test_bf16_pairs(device):
     """A bf16 row read as int32 words: the halves widen exactly to the elements (even, odd), and
     float32 pairs pack back rounded to nearest even, in the interpreter too: what the packed
     cooperative softmax backward holds across its barrier."""
-    if not runtime.supports_bf16(torch.device(device)):
+    if not hardware.supports_bf16(torch.device(device)):
         pytest.skip("bfloat16 kernels need compute capability >= 8.0")
     x = (torch.randn(2000, device=device) * 3).to(torch.bfloat16)
     x[:4] = torch.tensor([float("-inf"), float("nan"), -0.0, 1e-40])  # specials and a subnormal
@@ -162,7 +149,7 @@ def test_packs_bf16_rows():
 
 
 def test_round_flag_and_accumulators():
-    assert round_bf16_by_hand(torch.bfloat16) == runtime.interpreting()
+    assert round_bf16_by_hand(torch.bfloat16) == hardware.interpreting()
     assert not round_bf16_by_hand(torch.float16) and not round_bf16_by_hand(torch.float32)
     assert acc_dtype(torch.float64) == tl.float64 and acc_dtype(torch.bfloat16) == tl.float32
     assert acc_torch_dtype(torch.float64) == torch.float64 and acc_torch_dtype(torch.float16) == torch.float32

@@ -39,14 +39,17 @@ from hypothesis import strategies as st
 import tritonforge as tfg
 from tritonforge import runtime
 from tritonforge.ops import attention as attention_module
+from tritonforge.ops import attention_decode, attention_prefill
 from tritonforge.ops import rmsnorm as rmsnorm_module
 from tritonforge.ops import softmax as softmax_module
 from tritonforge.ops import swiglu as swiglu_module
+from tritonforge.ops import swiglu_front as swiglu_front_module
 from tritonforge.ops.attention import ATTENTION_DTYPES
 from tritonforge.ops.fused_axpy import AXPY_DTYPES
 from tritonforge.ops.rmsnorm import RMS_NORM_DTYPES
 from tritonforge.ops.softmax import SOFTMAX_DTYPES
-from tritonforge.ops.swiglu import FRONT_DTYPES, SWIGLU_DTYPES
+from tritonforge.ops.swiglu import SWIGLU_DTYPES
+from tritonforge.ops.swiglu_front import FRONT_DTYPES
 from tritonforge.reference import (
     axpy_ref,
     flash_attention_bwd_ref,
@@ -176,7 +179,7 @@ def _poisoned():
         return torch.full_like(t, float("nan"), *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
-        for module in (rmsnorm_module, softmax_module, swiglu_module, attention_module):
+        for module in (rmsnorm_module, softmax_module, swiglu_module, swiglu_front_module, attention_prefill, attention_decode):
             mp.setattr(module, "_empty", nan_empty)
         mp.setattr(torch, "empty_like", nan_empty_like)
         yield

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tritonforge as tfg
-from tritonforge import runtime
+from tritonforge import hardware, runtime
 from tritonforge._triton import tl, triton
 
 # Where kernels run on this machine: CUDA tensors on a GPU machine, CPU tensors (interpreter) here.
@@ -63,7 +63,7 @@ def test_triton_really_not_installed_subprocess():
 
 
 def test_no_gpu_and_no_interpreter_falls_back(monkeypatch):
-    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    monkeypatch.setattr(hardware, "interpreting", lambda: False)
     x, y = X.cpu(), Y.cpu()
     with tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="tensors are on cpu"):
         out = tfg.axpy(2.0, x, y)
@@ -82,12 +82,12 @@ def test_cpu_tensors_take_the_interpreter_here():
 
 
 def test_bf16_on_a_t4_is_unsupported(monkeypatch):
-    monkeypatch.setattr(runtime, "device_capability", lambda device: (7, 5))
-    reason = runtime.bf16_unsupported(torch.bfloat16, torch.device("cuda"))
+    monkeypatch.setattr(hardware, "device_capability", lambda device: (7, 5))
+    reason = hardware.bf16_unsupported(torch.bfloat16, torch.device("cuda"))
     assert reason is not None and "sm_75" in reason and "float16" in reason
-    assert runtime.bf16_unsupported(torch.float16, torch.device("cuda")) is None
-    monkeypatch.setattr(runtime, "device_capability", lambda device: (9, 0))
-    assert runtime.bf16_unsupported(torch.bfloat16, torch.device("cuda")) is None
+    assert hardware.bf16_unsupported(torch.float16, torch.device("cuda")) is None
+    monkeypatch.setattr(hardware, "device_capability", lambda device: (9, 0))
+    assert hardware.bf16_unsupported(torch.bfloat16, torch.device("cuda")) is None
 
 
 def test_unsupported_inputs_fall_back():
@@ -103,7 +103,7 @@ def test_unsupported_inputs_fall_back():
 def test_dispatch_given_a_dtype_refuses_bf16_where_the_gpu_lacks_it(monkeypatch):
     """Every op passes its dtype; dispatch itself applies the shared bf16 limit (check 3)."""
     monkeypatch.setattr(runtime, "_device_route", lambda op, device: tfg.Route(op, "triton"))
-    monkeypatch.setattr(runtime, "device_capability", lambda device: (7, 5))
+    monkeypatch.setattr(hardware, "device_capability", lambda device: (7, 5))
     cuda = torch.device("cuda", 0)
     with tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="sm_75"):
         out = runtime.dispatch("probe", device=cuda, dtype=torch.bfloat16,
@@ -215,7 +215,7 @@ def test_environment_report():
 
 
 def test_environment_on_a_t4_defaults_to_fp16(monkeypatch):
-    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    monkeypatch.setattr(hardware, "interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
@@ -237,7 +237,7 @@ def test_gpu_environment_and_compiled_path():
 def test_a_device_the_interpreter_cannot_run_is_a_device_fallback():
     """Meta tensors on the interpreter path: routed to the reference (reason "device"), not sent
     to a kernel that fails copying them (which read as a kernel error)."""
-    if not runtime.interpreting():
+    if not hardware.interpreting():
         pytest.skip("the interpreter's device check")
     route = runtime.choose_route("rms_norm", torch.device("meta"))
     assert route.path == "torch" and route.reason == "device" and "meta" in route.detail

@@ -3,7 +3,7 @@
 ``TRITONFORGE_SIMULATE_DEVICE=t4`` makes tritonforge report and decide as on a T4 (capability 7.5,
 no bf16, float16 by default, 64 KB of shared memory per block, the T4's datasheet; routing refuses
 bf16, and a kernel launched by hand with a bf16 tensor raises: a real T4 would compile and run it,
-emulating bf16, but the book runs no bf16 kernel below sm_80, see ``runtime.supports_bf16``)
+emulating bf16, but the book runs no bf16 kernel below sm_80, see ``hardware.supports_bf16``)
 while tensors stay on the CPU and kernels run in the interpreter. Under it a chapter's benchmark
 cells take their live branch, served by a simulated quick run with a T4's rows and keys (float16
 only). So a cell that reads a bfloat16 result, labels a T4's numbers with the H200's datasheet or
@@ -41,6 +41,17 @@ def _cells(notebook: pathlib.Path) -> int:
     return sum(cell["cell_type"] == "code" for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"])
 
 
+def _ipython_dir(root: pathlib.Path) -> pathlib.Path:
+    """An IPython directory whose startup script installs the simulation's guard on hand launches
+    when a notebook's kernel starts (the package never patches anything when it is imported), so
+    that a cell launching a kernel with a bf16 tensor before anything consults the simulation
+    fails as on a T4 too."""
+    startup = root / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-tritonforge-simulation.py").write_text("from tritonforge import simulation\n\nsimulation.install_launch_guard()\n")
+    return root / "ipython"
+
+
 PARTS = {part: [nb for nb in NOTEBOOKS if _part(nb) == part] for part in sorted({_part(nb) for nb in NOTEBOOKS})}
 
 
@@ -56,12 +67,13 @@ def test_there_are_notebooks_to_simulate():
     "interpreter cannot loop over runtime scalars with numpy >= 2.4",
 )
 @pytest.mark.parametrize("part", sorted(PARTS))
-def test_every_notebook_runs_as_on_a_t4(part):
+def test_every_notebook_runs_as_on_a_t4(part, tmp_path):
     """One chapter's notebooks (the chapter and its exercises) per test, so that the parts run on
     separate cores under pytest-xdist."""
     pytest.importorskip("nbval", reason="nbval runs the notebooks (requirements.txt; the lowest-Triton venv has no notebooks)")
     env = dict(os.environ)
     env.update(
+        IPYTHONDIR=str(_ipython_dir(tmp_path)),
         TRITONFORGE_SIMULATE_DEVICE="t4",
         TRITON_INTERPRET="1",  # tensors stay on the CPU even on a machine with a GPU
         CUDA_VISIBLE_DEVICES="",

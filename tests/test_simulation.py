@@ -1,4 +1,4 @@
-"""The simulated T4 (``TRITONFORGE_SIMULATE_DEVICE=t4``, or ``runtime.simulate("t4")``): the package
+"""The simulated T4 (``TRITONFORGE_SIMULATE_DEVICE=t4``, or ``simulation.simulate("t4")``): the package
 reports and decides as on a Colab T4 while tensors stay on the CPU; and the decisions a chapter's
 live branch makes (which dtypes were measured, which key to read, which datasheet to compare
 with) are package functions, tested here for a T4 directly."""
@@ -11,18 +11,18 @@ import pytest
 import torch
 
 import tritonforge as tfg
-from tritonforge import bench, runtime
+from tritonforge import bench, hardware, runtime, simulation
 from tritonforge.bench.suites import simulated_run
 from tritonforge.book import roofline
 
 import triton  # noqa: I001  (after tritonforge: the interpreter flag first)
 import triton.language as tl
 
-T4 = runtime.SIMULATED_DEVICES["t4"]
+T4 = simulation.SIMULATED_DEVICES["t4"]
 
 
 def test_environment_reports_a_simulated_t4():
-    with runtime.simulate("t4"):
+    with simulation.simulate("t4"):
         env = tfg.environment()
     assert env.simulated and env.gpu == "Tesla T4"
     assert "simulated" in env.device and env.device.startswith("Tesla T4")
@@ -35,9 +35,9 @@ def test_environment_reports_a_simulated_t4():
 
 
 def test_no_simulation_without_the_switch():
-    with runtime.simulate(None):
+    with simulation.simulate(None):
         env = tfg.environment()
-        assert runtime.simulated_device() is None
+        assert simulation.simulated_device() is None
     assert not env.simulated
     assert env.benchmarks_live == torch.cuda.is_available()
 
@@ -57,17 +57,17 @@ def test_an_unknown_device_is_an_error_not_a_silent_default():
 
 def test_runtime_limits_are_the_t4s():
     cpu = torch.device("cpu")
-    with runtime.simulate("t4"):
-        assert runtime.device_capability(cpu) == (7, 5)
-        assert runtime.supports_bf16(cpu) is False
-        assert runtime.shared_memory_per_block(cpu) == 64 * 1024
-        assert "sm_75" in runtime.bf16_unsupported(torch.bfloat16, cpu)
-        assert runtime.bf16_unsupported(torch.float16, cpu) is None
-    assert runtime.supports_bf16(cpu) is True  # back to the CPU's answer
+    with simulation.simulate("t4"):
+        assert hardware.device_capability(cpu) == (7, 5)
+        assert hardware.supports_bf16(cpu) is False
+        assert hardware.shared_memory_per_block(cpu) == 64 * 1024
+        assert "sm_75" in hardware.bf16_unsupported(torch.bfloat16, cpu)
+        assert hardware.bf16_unsupported(torch.float16, cpu) is None
+    assert hardware.supports_bf16(cpu) is True  # back to the CPU's answer
 
 
 ON_THE_INTERPRETER = pytest.mark.skipif(
-    not runtime.interpreting(), reason="the simulation runs kernels in the interpreter on CPU tensors (a machine without a GPU)"
+    not hardware.interpreting(), reason="the simulation runs kernels in the interpreter on CPU tensors (a machine without a GPU)"
 )
 
 
@@ -75,7 +75,7 @@ ON_THE_INTERPRETER = pytest.mark.skipif(
 def test_routing_refuses_bf16_as_on_a_t4():
     x = torch.randn(4, 40, dtype=torch.bfloat16)
     w = torch.randn(40, dtype=torch.bfloat16)
-    with runtime.simulate("t4"):
+    with simulation.simulate("t4"):
         with pytest.raises(tfg.FallbackError, match="sm_75"):
             tfg.rms_norm(x, w)  # the suite runs strict
         with runtime.strict(False), pytest.warns(tfg.FallbackWarning, match="sm_75"):
@@ -98,8 +98,8 @@ def test_a_bf16_kernel_launched_by_hand_is_refused_on_a_simulated_sm75():
     bf16 kernel runs below sm_80, and the simulation enforces it for hand launches too."""
     x = torch.randn(10).to(torch.bfloat16)
     y = torch.empty_like(x)
-    with runtime.simulate("t4"):
-        with pytest.raises(runtime.SimulatedCompileError, match="sm_75"):
+    with simulation.simulate("t4"):
+        with pytest.raises(simulation.SimulatedCompileError, match="sm_75"):
             _copy_kernel[(1,)](x, y, 10, BLOCK=16)
         _copy_kernel[(1,)](x.half(), y.half(), 10, BLOCK=16)  # float16 compiles on a T4
     _copy_kernel[(1,)](x, y, 10, BLOCK=16)  # no simulation: the interpreter runs bf16
@@ -110,7 +110,7 @@ def test_a_bf16_kernel_launched_by_hand_is_refused_on_a_simulated_sm75():
 
 
 def test_a_t4_quick_run_measures_float16_only():
-    with runtime.simulate("t4"):
+    with simulation.simulate("t4"):
         assert bench.default_dtypes("cuda", quick=True) == [torch.float16]
         assert bench.default_dtypes("cuda") == [torch.float32, torch.float16]
         results = bench.results_for_chapter("ceilings", live=True)
@@ -130,7 +130,7 @@ def test_half_dtype_prefers_bfloat16_where_measured():
 
 @pytest.mark.parametrize("suite", ["rmsnorm", "rmsnorm-bwd", "axpy"])
 def test_simulated_op_suites_have_a_t4s_rows(suite):
-    with runtime.simulate("t4"):
+    with simulation.simulate("t4"):
         results = bench.results_for_chapter(suite, live=True)
     bench.validate_results(results.to_dict())
     assert {row["suite"] for row in results.rows} == {suite}
@@ -172,10 +172,30 @@ def test_datasheet_is_the_devices_own():
 def test_backward_config_on_a_t4_is_unpipelined(monkeypatch):
     """The configuration code a T4 reaches (the compiled path): no cp.async below sm_80, so no
     software pipelining, whatever the shared memory (64 KB there)."""
-    from tritonforge.ops import rmsnorm
+    from tritonforge.ops import rmsnorm_backward
 
-    monkeypatch.setattr(runtime, "interpreting", lambda: False)  # as on the GPU: the interpreter has no pipeline
+    monkeypatch.setattr(hardware, "interpreting", lambda: False)  # as on the GPU: the interpreter has no pipeline
     cuda = torch.device("cuda", 0)
-    with runtime.simulate("t4"):
-        assert runtime.shared_memory_per_block(cuda) == 64 * 1024
-        assert rmsnorm.bwd_stages(1024, torch.float16, cuda) == 1
+    with simulation.simulate("t4"):
+        assert hardware.shared_memory_per_block(cuda) == 64 * 1024
+        assert rmsnorm_backward.bwd_stages(1024, torch.float16, cuda) == 1
+
+
+def test_importing_the_package_patches_nothing_even_when_simulating():
+    """STYLE rule 5: no symbol swapping at import. Under ``TRITONFORGE_SIMULATE_DEVICE=t4`` the guard on
+    hand launches is installed when the simulation is first consulted, not when tritonforge is imported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import tritonforge\n"
+        "from triton.runtime.interpreter import InterpretedFunction\n"
+        "before = InterpretedFunction.__getitem__\n"
+        "from tritonforge import simulation\n"
+        "assert simulation.simulated_device().key == 't4'\n"
+        "print(before is InterpretedFunction.__getitem__)\n"
+    )
+    env = {**__import__("os").environ, "TRITONFORGE_SIMULATE_DEVICE": "t4", "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"  # patched by the first consultation, not by the import

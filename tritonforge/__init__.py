@@ -5,19 +5,20 @@ interpreter on (``TRITON_INTERPRET=1``), which only works if it happens before `
 """
 
 from tritonforge import _triton  # noqa: F401  (first: decides TRITON_INTERPRET, imports triton)
+from tritonforge.environment import environment
 from tritonforge.models.hf import patch
 from tritonforge.ops.attention import flash_attention
 from tritonforge.ops.fused_axpy import axpy
 from tritonforge.ops.rmsnorm import rms_norm
 from tritonforge.ops.rope import rope, rope_qk
 from tritonforge.ops.softmax import softmax
-from tritonforge.ops.swiglu import swiglu, swiglu_mlp_front
+from tritonforge.ops.swiglu import swiglu
+from tritonforge.ops.swiglu_front import swiglu_mlp_front
 from tritonforge.ops.teaching import add_2d, program_map, vector_add
 from tritonforge.runtime import (
     FallbackError,
     FallbackWarning,
     Route,
-    environment,
     is_strict,
     last_path,
     last_route,

@@ -1,4 +1,4 @@
-"""Execution paths, routing, input checks and the environment report.
+"""Execution paths and routing: which path serves a call, and the record of what did.
 
 Every op in tritonforge runs on one of three paths, decided per call:
 
@@ -24,23 +24,11 @@ A fallback warns once per op and reason (:class:`FallbackWarning`) and is record
 raises :class:`FallbackError` instead; the test suite runs strict so that a broken kernel cannot
 hide behind the reference.
 
-Bad input is not a fallback: the ``check_*`` helpers raise ``TypeError``/``ValueError`` naming
-the argument before any routing happens.
-
-**Simulating a GPU (tests only).** ``TRITONFORGE_SIMULATE_DEVICE=t4`` in the environment (read when
-tritonforge is imported; :func:`simulate` switches it inside a ``with`` block) makes the package
-report and decide as on a Colab T4 (sm_75) while tensors stay on the CPU and kernels run in the
-interpreter: :func:`environment` names the device "Tesla T4 (simulated)" with capability 7.5,
-no bf16 and float16 as the default dtype; :func:`device_capability` answers (7, 5),
-:func:`supports_bf16` False and :func:`shared_memory_per_block` 64 KB for any device, so routing
-refuses bf16 as on a T4 (reason ``unsupported``); a kernel launched by hand with a bf16 tensor
-raises :class:`SimulatedCompileError` (a real T4 would compile and run it, emulating bf16; the
-book runs no bf16 kernel there, see :func:`supports_bf16`, and the guard keeps a chapter from
-doing so); and a chapter's benchmark cells take their live branch
-(:attr:`Environment.benchmarks_live`), served by a simulated quick run shaped like a T4's
-(:func:`tritonforge.bench.results_for_chapter`; made-up numbers, labelled so). The test suite runs
-every notebook this way (``tests/test_simulated_t4.py``) so that a T4 cannot meet an error the
-tests did not. Never set it to learn anything about speed.
+The rest of what a call needs lives beside this module, one job each: the input checks
+(:mod:`tritonforge.checks`: bad input is an error naming the argument, never a fallback), what the
+device can do (:mod:`tritonforge.hardware`), the remembered eager launches and the decision every op
+makes about a checked call (:mod:`tritonforge.launches`), the environment report
+(:mod:`tritonforge.environment`) and the simulated T4 of the tests (:mod:`tritonforge.simulation`).
 """
 
 from __future__ import annotations
@@ -49,80 +37,16 @@ import contextlib
 import dataclasses
 import functools
 import os
-import platform
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Optional
 
 import torch
 
-from tritonforge import _triton
+from tritonforge import _triton, hardware
 
 PATHS = ("triton", "interpreter", "torch")
-
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-SIMULATE_ENV = "TRITONFORGE_SIMULATE_DEVICE"
-"""The environment variable that switches the simulation on (see the module docstring)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class SimulatedDevice:
-    """A GPU the package can pretend to run on (tests only): what it reports and decides by.
-
-    ``copy_gbps`` and ``matmul_tflops`` are stand-ins for a simulated benchmark run (roughly what
-    such a GPU measures; never shown as a measurement)."""
-
-    key: str  # the value of TRITONFORGE_SIMULATE_DEVICE
-    name: str  # what torch.cuda.get_device_name() answers on the real device
-    capability: tuple[int, int]
-    shared_memory_per_block: int  # bytes, the opt-in maximum per block
-    sms: int
-    copy_gbps: float
-    matmul_tflops: dict  # dtype name -> TFLOP/s, only the dtypes the device has
-
-
-SIMULATED_DEVICES = {
-    # T4: 64 KB of shared memory per block, no bf16 instructions (the book runs no bf16 kernel on
-    # it: see supports_bf16), 40 SMs.
-    "t4": SimulatedDevice("t4", "Tesla T4", (7, 5), 64 * 1024, 40, 240.0, {"float16": 25.0, "float32": 4.5}),
-}
-
-
-def _read_simulation() -> Optional[SimulatedDevice]:
-    value = os.environ.get(SIMULATE_ENV, "").strip().lower()
-    if not value:
-        return None
-    if value not in SIMULATED_DEVICES:
-        raise ValueError(f"{SIMULATE_ENV}={value!r}: expected one of {sorted(SIMULATED_DEVICES)} (or unset)")
-    return SIMULATED_DEVICES[value]
-
-
-_simulated: Optional[SimulatedDevice] = _read_simulation()
-
-
-def simulated_device() -> Optional[SimulatedDevice]:
-    """The GPU being simulated (``TRITONFORGE_SIMULATE_DEVICE``), or ``None`` (the normal case)."""
-    return _simulated
-
-
-@contextlib.contextmanager
-def simulate(key: Optional[str] = "t4") -> Iterator[None]:
-    """Simulate the device ``key`` (``None``: no simulation) inside a ``with`` block (tests)."""
-    global _simulated
-    previous = _simulated
-    device = SIMULATED_DEVICES[key] if key else None
-    if device is not None:
-        _install_simulated_launch_guard()  # before the switch: a failure here leaves nothing simulated
-    _simulated = device
-    _eager_launches.clear()
-    try:
-        yield
-    finally:
-        _simulated = previous
-        _eager_launches.clear()
-
 
 class FallbackWarning(UserWarning):
     """An op ran its PyTorch reference instead of its Triton kernel."""
@@ -183,91 +107,21 @@ def last_path(op: str) -> str:
 
 
 def reset_routing_state() -> None:
-    """Forget recorded routes, which warnings were shown and the remembered eager launches (tests
-    use this)."""
+    """Forget recorded routes and which warnings were shown (tests and chapter 8 use this; the
+    remembered eager launches are :func:`tritonforge.launches.forget`'s)."""
     with _lock:
         _last_routes.clear()
         _warned.clear()
-        _eager_launches.clear()
 
 
-# ----------------------------------------------------------------------------------------------
-# Remembered eager launches: a repeated eager inference call skips what it decided before
-# ----------------------------------------------------------------------------------------------
-
-EAGER_LAUNCHES_MAX = 4096
-"""Signatures remembered at most (then no more are added): a decode loop repeats a few dozen."""
-
-_eager_launches: dict = {}
+def record(route: Route) -> None:
+    """Record ``route`` as the last of its op (one dict store: atomic under the GIL, no lock needed)."""
+    _last_routes[route.op] = route
 
 
-def eager_fast_path() -> bool:
-    """Whether remembered launches are used at all: compiled kernels on a GPU (on the interpreter a
-    kernel costs milliseconds, and the simulation decides as another device would), outside a
-    region Dynamo traces (there the graph holds the op, and a lookup would become a guard)."""
-    if torch.compiler.is_compiling():
-        return False
-    return _triton.HAVE_TRITON and not _triton.INTERPRETING and _simulated is None
-
-
-MISS = object()
-"""What :func:`run_remembered` returns when no remembered launch serves the call."""
-
-
-def plain_inference(*tensors: Optional[torch.Tensor]) -> bool:
-    """No autograd graph to build for ``tensors`` (``None`` entries skipped), no ``torch.func``
-    transform, no forward-mode tangent, no Dynamo trace: the conditions under which a remembered
-    launch may serve a call."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        return False
-    if torch.compiler.is_compiling() or torch._C._functorch.peek_interpreter_stack() is not None:
-        return False
-    return torch.autograd.forward_ad._current_level < 0
-
-
-def run_remembered(key, *args):
-    """Serve a call by the launch remembered for ``key`` (``None``: none) with ``args`` (its tensors,
-    ``None`` for an absent optional one), or return :data:`MISS`: nothing remembered, or the call
-    needs more than the launch (:func:`plain_inference`), or the launch raised (then it is
-    forgotten, and the op's full path decides again, a kernel error there being a routed fallback)."""
-    launch = _eager_launches.get(key) if key is not None else None
-    if launch is None or not plain_inference(*args):
-        return MISS
-    try:
-        return launch(*args)
-    except Exception:  # noqa: BLE001 - see the docstring: the full path decides again
-        _eager_launches.pop(key, None)
-        return MISS
-
-
-def remember_served(op: str, key, build: Callable[[], Optional[Callable]]) -> None:
-    """After a call of ``op`` with signature ``key`` that the kernel served (its route not
-    ``torch``), remember ``build()``: a launch of the same arguments whose every decision (tiles,
-    grid, flags) depends on nothing but the signature, so that it only allocates the outputs and
-    launches; or ``None`` where the call needs more than a launch (a copy of an input, say). The
-    launch is wrapped so that it records the same route. The key holds the op's name and the
-    call's shapes, strides, dtypes, devices and scalar arguments; the checks that passed for it
-    hold for every call of that key."""
-    if key is None or key in _eager_launches:
-        return
-    route = _last_routes.get(op)
-    if route is None or route.path == "torch":
-        return
-    launch = build()
-    if launch is None:
-        return
-
-    def served(*args):
-        out = launch(*args)
-        _last_routes[op] = route
-        return out
-
-    if len(_eager_launches) < EAGER_LAUNCHES_MAX:
-        _eager_launches[key] = served
-
-
-def _record(route: Route) -> None:
-    _last_routes[route.op] = route  # one dict store: atomic under the GIL, no lock needed
+def last_routes() -> dict:
+    """Every op's last route, by op name (a live view: the remembered launches read it)."""
+    return _last_routes
 
 
 def _fall_back(route: Route, cause: Optional[BaseException] = None) -> None:
@@ -279,11 +133,11 @@ def _fall_back(route: Route, cause: Optional[BaseException] = None) -> None:
     dict store, which Dynamo replays on every run of the compiled graph."""
     if torch.compiler.is_compiling():
         _announce_while_tracing(route.op, route.reason or "", route.detail or "")
-        _record(route)
+        record(route)
         return
     if is_strict():
         raise FallbackError(_strict_message(route.op, route.reason, route.detail)) from cause
-    _record(route)
+    record(route)
     _warn_once(route.op, route.reason or "", route.detail, stacklevel=5)
 
 
@@ -324,95 +178,6 @@ def triton_available() -> bool:
     """Check 1: Triton imported (tests monkeypatch this to inject a missing Triton)."""
     return _triton.HAVE_TRITON
 
-
-def interpreting() -> bool:
-    """Whether Triton kernels run in the CPU interpreter (decided when Triton was imported)."""
-    return _triton.INTERPRETING
-
-
-def device_capability(device: torch.device) -> Optional[tuple[int, int]]:
-    """Compute capability of a CUDA device, or None for anything else (the simulated device's
-    for any device while a simulation is on)."""
-    if _simulated is not None:
-        return _simulated.capability
-    if device.type != "cuda":
-        return None
-    return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.cache
-def _cuda_capability(index: int) -> tuple[int, int]:
-    # Cached: torch.cuda.get_device_capability costs tens of microseconds per call, which a
-    # decode-sized kernel call (a few microseconds on the GPU) cannot afford. A device's
-    # capability never changes within a process.
-    return torch.cuda.get_device_capability(index)
-
-
-@functools.cache
-def sm_count(index: int) -> int:
-    """Streaming multiprocessors of CUDA device ``index`` (cached like the capability)."""
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def gpu_sm_count(device: torch.device) -> Optional[int]:
-    """SMs of ``device`` where compiled kernels run on it (a CUDA device, not the interpreter),
-    else ``None``: the ops' heuristics then plan for a small stand-in GPU."""
-    if interpreting() or device.type != "cuda":
-        return None
-    return sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
-def shared_memory_per_block(device: torch.device) -> Optional[int]:
-    """Bytes of shared memory one program (CUDA block) may use on ``device``, as the driver
-    reports it (the opt-in maximum, which Triton uses), or ``None`` off CUDA.
-
-    Configurations that keep data in shared memory (software-pipelined loops, tiles) are chosen
-    from this number, never inferred from the compute capability: sm_86/sm_89 parts (A10, L4)
-    allow about 99 KB, a T4 64 KB, an A100 about 163 KB, an H100/H200 about 227 KB. Tests
-    monkeypatch this function to simulate those devices; under :func:`simulate` it answers the
-    simulated device's limit for any device."""
-    if _simulated is not None:
-        return _simulated.shared_memory_per_block
-    if device.type != "cuda":
-        return None
-    return _cuda_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.cache
-def _cuda_shared_memory(index: int) -> int:
-    props = torch.cuda.get_device_properties(index)
-    optin = getattr(props, "shared_memory_per_block_optin", None)
-    if optin:
-        return int(optin)
-    # Older torch: ask Triton's driver, which reads the same attribute from CUDA.
-    return int(_triton.triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"])
-
-
-def supports_bf16(device: torch.device) -> bool:
-    """Whether the package runs its bf16 kernels on ``device``: compute capability >= 8.0, or any
-    non-CUDA device (the interpreter handles bf16 as long as kernels upcast after ``tl.load``).
-
-    What Triton itself does below sm_80 (checked by compiling for sm_75, a T4, with Triton 3.6 and
-    3.9: ``scripts/bf16_sm75_probe.py``; not run on one): bf16 **compiles**. Loads and stores are plain 16-bit memory operations,
-    bf16 -> float32 is a 16-bit shift, and float32 -> bf16 is rounded to nearest-even in software
-    (a few integer instructions per element, NaN kept): the bits sm_80's hardware conversion
-    gives. bf16 arithmetic written without an upcast compiles too, each operation done in float32
-    and rounded back. ``tl.dot`` on bf16 operands compiles to float32 FMAs, without tensor cores
-    (as fp16 ``tl.dot`` does on sm_75 in Triton 3.x); from sm_80 it is ``mma.sync`` on bf16.
-
-    Why the package refuses it all the same (bf16 calls take the PyTorch reference, a routed and
-    warned fallback, and the chapters default to float16 there): a T4 has no bf16 instructions,
-    so every bf16 conversion is emulated, for nothing float16 (native there, the same 2 bytes)
-    does not give; Triton lists compute capability 8.0+ as its supported NVIDIA hardware; and the
-    package's bf16 kernels have never run on an sm_75 device.
-
-    ``torch.cuda.is_bf16_supported()`` is no guide: it answers True on a T4 (PyTorch emulates
-    bf16 there), so we ask for the capability.
-    """
-    cap = device_capability(device)
-    return cap is None or cap >= (8, 0)
-
-
 @functools.cache
 def _served(op: str, path: str) -> Route:
     # The Route of a call served by a kernel carries no detail, so one object per (op, path) is
@@ -422,7 +187,7 @@ def _served(op: str, path: str) -> Route:
 
 def _device_route(op: str, device: torch.device) -> Optional[Route]:
     """Check 2: the path the device allows, or a fallback Route."""
-    if interpreting():
+    if hardware.interpreting():
         if device.type in ("cpu", "cuda"):
             return _served(op, "interpreter")
         return Route(op, "torch", "device", f"tensors are on {device.type}; Triton's interpreter runs kernels on CPU tensors")
@@ -467,12 +232,12 @@ def dispatch(
         kernel: zero-argument callable that launches the Triton kernel(s) and returns the result.
         reference: zero-argument callable that computes the same result with PyTorch.
         dtype: the inputs' dtype; check 3 then refuses bf16 on a GPU without it
-            (:func:`bf16_unsupported`), the one limit every op shares.
+            (:func:`tritonforge.hardware.bf16_unsupported`), the one limit every op shares.
         unsupported: ``None`` if the kernel supports these inputs, else a sentence saying why not
             (check 3, for limits of one op's own).
     """
     if unsupported is None and dtype is not None:
-        unsupported = bf16_unsupported(dtype, device)
+        unsupported = hardware.bf16_unsupported(dtype, device)
     route = choose_route(op, device, unsupported)
     if route.path == "torch":
         _fall_back(route)
@@ -482,14 +247,14 @@ def dispatch(
     except Exception as exc:  # noqa: BLE001 - any kernel failure is a routing event, never silent
         _fall_back(Route(op, "torch", "kernel-error", f"{type(exc).__name__}: {exc}"), cause=exc)
         return reference()
-    _record(route)
+    record(route)
     return out
 
 
 def record_empty(op: str) -> None:
     """Record a call with an empty input: nothing to compute, no kernel launched. Path ``torch``,
     reason ``empty``; not a fallback (no warning, allowed in strict mode)."""
-    _record(Route(op, "torch", "empty", "empty input: the result is empty, no kernel was launched"))
+    record(Route(op, "torch", "empty", "empty input: the result is empty, no kernel was launched"))
 
 
 def autograd_mode_unsupported(*tensors: torch.Tensor, vmap_ok: bool = True) -> Optional[str]:
@@ -522,260 +287,3 @@ def dispatch_reference(op: str, reason: str, detail: str, reference: Callable[[]
     the kernel has no rule for): recorded, warned once, an error in strict mode."""
     _fall_back(Route(op, "torch", reason, detail))
     return reference()
-
-
-# ----------------------------------------------------------------------------------------------
-# Input checks: bad input is an error naming the argument, never a fallback
-# ----------------------------------------------------------------------------------------------
-
-
-def check_tensor(
-    name: str,
-    value: object,
-    *,
-    dtypes: Sequence[torch.dtype] = FLOAT_DTYPES,
-    ndim_min: int = 0,
-) -> torch.Tensor:
-    """Raise ``TypeError`` unless ``value`` is a tensor of one of ``dtypes``; return it."""
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
-    if value.dtype not in dtypes:
-        allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
-        raise TypeError(f"{name} has dtype {str(value.dtype).replace('torch.', '')}; expected one of: {allowed}")
-    if value.dim() < ndim_min:
-        raise ValueError(f"{name} must have at least {ndim_min} dimension(s), got shape {tuple(value.shape)}")
-    return value
-
-
-def check_same_device(**tensors: torch.Tensor) -> torch.device:
-    """Raise ``ValueError`` unless all tensors live on one device; return that device.
-
-    These checks run on every call of every op, so they compare first and build a message only
-    when something differs (host time is what a decode-sized call is made of)."""
-    items = iter(tensors.items())
-    first_name, first = next(items)
-    device = first.device
-    for name, t in items:
-        if t.device != device:
-            raise ValueError(f"{name} is on {t.device} but {first_name} is on {device}; move them to one device")
-    return device
-
-
-def check_same_dtype(**tensors: torch.Tensor) -> torch.dtype:
-    """Raise ``TypeError`` unless all tensors share a dtype; return it (cheap, as above)."""
-    items = iter(tensors.items())
-    first_name, first = next(items)
-    dtype = first.dtype
-    for name, t in items:
-        if t.dtype != dtype:
-            raise TypeError(
-                f"{name} has dtype {str(t.dtype).replace('torch.', '')} but {first_name} has "
-                f"{str(dtype).replace('torch.', '')}; cast one of them"
-            )
-    return dtype
-
-
-def check_same_shape(**tensors: torch.Tensor) -> torch.Size:
-    """Raise ``ValueError`` unless all tensors share a shape; return it (cheap, as above)."""
-    items = iter(tensors.items())
-    first_name, first = next(items)
-    shape = first.shape
-    for name, t in items:
-        if t.shape != shape:
-            raise ValueError(f"{name} has shape {tuple(t.shape)} but {first_name} has shape {tuple(shape)}")
-    return shape
-
-
-def bf16_unsupported(dtype: torch.dtype, device: torch.device) -> Optional[str]:
-    """The shared check-3 sentence for bf16 on a GPU older than Ampere (None when fine)."""
-    if dtype == torch.bfloat16 and not supports_bf16(device):
-        major, minor = device_capability(device)  # type: ignore[misc]
-        simulated = " (simulated)" if _simulated is not None else ""
-        return (
-            f"the package runs bf16 kernels from compute capability 8.0 and this GPU is sm_{major}{minor}{simulated} "
-            "(no bf16 instructions: Triton would emulate every conversion); use float16"
-        )
-    return None
-
-
-# ----------------------------------------------------------------------------------------------
-# The environment report: the first cell of every chapter
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Environment:
-    """What this machine will run: see :func:`environment`."""
-
-    path: str
-    device: str
-    compute_capability: Optional[str]
-    bf16: bool
-    default_dtype: torch.dtype
-    torch_version: str
-    triton_version: Optional[str]
-    python_version: str
-    strict: bool
-    notes: tuple[str, ...] = ()
-    gpu: Optional[str] = None  # the GPU's name as the driver gives it ("NVIDIA H200", "Tesla T4"), None without one
-    simulated: bool = False  # TRITONFORGE_SIMULATE_DEVICE: the gpu is pretended, tensors stay on the CPU
-
-    @property
-    def device_type(self) -> str:
-        """``"cuda"`` on the triton path, else ``"cpu"``: where a chapter puts its tensors."""
-        return "cuda" if self.path == "triton" else "cpu"
-
-    @property
-    def benchmarks_live(self) -> bool:
-        """Whether a chapter's benchmark cells measure here (a CUDA GPU; or, under the simulation,
-        the simulated quick run that stands in for one) rather than plot the recorded results."""
-        return self.simulated or (self.path == "triton" and torch.cuda.is_available())
-
-    @property
-    def dtypes(self) -> tuple[torch.dtype, ...]:
-        """The float dtypes this device's kernels run: float32, float16, and bfloat16 where it has it."""
-        return (torch.float32, torch.float16) + ((torch.bfloat16,) if self.bf16 else ())
-
-    def rows(self) -> list[tuple[str, str]]:
-        return [
-            ("execution path", self.path),
-            ("device", self.device),
-            ("compute capability", self.compute_capability or "-"),
-            ("bf16 kernels", "yes" if self.bf16 else "no"),
-            ("default dtype", str(self.default_dtype).replace("torch.", "")),
-            ("torch", self.torch_version),
-            ("triton", self.triton_version or "not installed"),
-            ("python", self.python_version),
-            ("strict routing", "on" if self.strict else "off"),
-        ] + [("note", n) for n in self.notes]
-
-    def __str__(self) -> str:
-        width = max(len(k) for k, _ in self.rows())
-        return "\n".join(f"{k:<{width}}  {v}" for k, v in self.rows())
-
-    def _repr_html_(self) -> str:
-        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>" for k, v in self.rows())
-        return f"<table>{body}</table>"
-
-    def _repr_pretty_(self, printer, cycle) -> None:  # IPython's plain-text display
-        printer.text(str(self))
-
-
-def environment() -> Environment:
-    """Report the path kernels will take here, the device, its capability and dtypes.
-
-    Call it in a notebook's first cell: a reader sees at once whether this run compiles Triton
-    kernels for a GPU, interprets them on the CPU, or falls back to PyTorch.
-    """
-    notes: list[str] = []
-    triton_version = getattr(_triton.triton, "__version__", None) if _triton.HAVE_TRITON else None
-    gpu: Optional[str] = None
-    if _simulated is not None:
-        sim = _simulated
-        gpu = sim.name
-        device = f"{sim.name} (simulated: {SIMULATE_ENV}={sim.key}; tensors on the CPU, kernels in the interpreter)"
-        major, minor = sim.capability
-        cap = f"{major}.{minor} (sm_{major}{minor})"
-        bf16 = sim.capability >= (8, 0)
-        default = torch.bfloat16 if bf16 else torch.float16
-        notes.append(f"simulated {sim.name} for tests: decisions as on that GPU, numbers of any benchmark made up")
-        if not bf16:
-            notes.append("no bf16 instructions on this GPU: the package runs no bf16 kernel below sm_80, chapters use float16")
-    elif torch.cuda.is_available() and not interpreting():
-        dev = torch.device("cuda")
-        major, minor = torch.cuda.get_device_capability(dev)
-        bf16 = (major, minor) >= (8, 0)
-        device = gpu = torch.cuda.get_device_name(dev)
-        cap = f"{major}.{minor} (sm_{major}{minor})"
-        default = torch.bfloat16 if bf16 else torch.float16
-        if not bf16:
-            notes.append("no bf16 instructions on this GPU: the package runs no bf16 kernel below sm_80, chapters use float16")
-        if (major, minor) < (8, 0):
-            notes.append("pre-Ampere GPU: Triton supports it unofficially; tl.dot runs without tensor cores")
-    else:
-        device = f"cpu ({platform.processor() or platform.machine()})"
-        # The interpreter handles bf16 as long as kernels upcast after tl.load (they all do);
-        # float32 stays the default on CPU because it is what a reader can check by hand.
-        cap, bf16, default = None, True, torch.float32
-    route = choose_route("environment", torch.device("cuda" if cap and _simulated is None else "cpu"))
-    path = route.path
-    if path == "torch":
-        notes.append(f"kernels fall back to PyTorch here: {route.detail}")
-    if path == "interpreter":
-        notes.append("Triton kernels run in the CPU interpreter: correct but slow; keep sizes small")
-    if _triton.TRITON_ALREADY_IMPORTED and path == "interpreter":
-        notes.append("triton was imported before tritonforge: restart and import tritonforge first")
-    return Environment(
-        path=path,
-        device=device,
-        compute_capability=cap,
-        bf16=bf16,
-        default_dtype=default,
-        torch_version=torch.__version__,
-        triton_version=triton_version,
-        python_version=platform.python_version(),
-        strict=is_strict(),
-        notes=tuple(notes),
-        gpu=gpu,
-        simulated=_simulated is not None,
-    )
-
-
-# ----------------------------------------------------------------------------------------------
-# The simulation's launch guard: a bf16 tensor handed to a kernel by hand is refused below sm_80
-# ----------------------------------------------------------------------------------------------
-
-
-class SimulatedCompileError(RuntimeError):
-    """What the simulation raises when a kernel is launched by hand with a bf16 tensor on a GPU
-    below sm_80. Triton would compile and run it there (emulating bf16: see :func:`supports_bf16`);
-    the error stands for the book's rule that no bf16 kernel runs on such a GPU."""
-
-
-def _check_simulated_launch(kernel_name: str, args: Sequence[object], kwargs: dict) -> None:
-    sim = _simulated
-    if sim is None or sim.capability >= (8, 0):
-        return
-    for value in list(args) + list(kwargs.values()):
-        if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
-            major, minor = sim.capability
-            raise SimulatedCompileError(
-                f"{kernel_name}: a bfloat16 tensor argument on sm_{major}{minor} ({sim.name}, simulated by "
-                f"{SIMULATE_ENV}): the book runs no bf16 kernel below sm_80 (a real T4 would emulate it); "
-                "choose the dtype from the device (float16 here)"
-            )
-
-
-_guard_installed = False
-
-
-def _install_simulated_launch_guard() -> None:
-    """Wrap the interpreter's launch once so that, while a simulation without bf16 is on, a kernel
-    called with a bf16 tensor raises :class:`SimulatedCompileError` (the routed ops refuse bf16
-    before launching; this catches the launches a chapter or an exercise makes by hand)."""
-    global _guard_installed
-    if _guard_installed or not (_triton.HAVE_TRITON and interpreting()):
-        return
-    from triton.runtime.interpreter import InterpretedFunction
-
-    # kernel[grid](...) goes through __getitem__ in every Triton version tested (3.3: it returns the
-    # grid executor itself; 3.9: a closure over the method `run`, which 3.3 does not have).
-    getitem = InterpretedFunction.__getitem__
-
-    @functools.wraps(getitem)
-    def guarded_getitem(self, grid):
-        launch = getitem(self, grid)
-        name = getattr(self.fn, "__name__", "kernel")
-
-        def guarded_launch(*args, **kwargs):
-            _check_simulated_launch(name, args, kwargs)
-            return launch(*args, **kwargs)
-
-        return guarded_launch
-
-    InterpretedFunction.__getitem__ = guarded_getitem
-    _guard_installed = True
-
-
-if _simulated is not None:
-    _install_simulated_launch_guard()  # the one import-time action of the (test-only) simulation

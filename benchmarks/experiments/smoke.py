@@ -1,7 +1,8 @@
 """The switch the experiments share: a measurement on a CUDA GPU, or a toy run anywhere.
 
-Not an experiment: the scripts beside it import it (``python benchmarks/experiments/NAME.py`` puts
-this folder first on ``sys.path``).
+Not an experiment: the scripts in the topic folders beside it import it. Each topic folder holds a
+link ``smoke.py -> ../smoke.py``, and ``python benchmarks/experiments/TOPIC/NAME.py`` puts the
+script's folder first on ``sys.path``, so ``import smoke`` finds this one file from every folder.
 
 Without ``TRITONFORGE_SMOKE=1`` a script measures what its docstring says, on a CUDA GPU, with the
 harness's clocks: :func:`do_bench_us` is ``triton.testing.do_bench`` (warm-up 25 ms, 100 ms of
@@ -28,8 +29,10 @@ import torch
 
 import tritonforge as tfg  # first: it decides the interpreter flag before triton loads
 from tritonforge import bench
+from tritonforge.ops.softmax import _softmax_row  # the retired pipelined kernel's row (below)
 
 import triton  # after tritonforge
+import triton.language as tl
 
 SMOKE = os.environ.get("TRITONFORGE_SMOKE", "") == "1"
 """A toy run: tiny shapes, ``time.perf_counter`` instead of the GPU clocks."""
@@ -153,14 +156,14 @@ def op_case(op: str, m: int, n: int, dtype: torch.dtype) -> dict:
     (the package's own call), ``ref`` (float64), ``nbytes`` (what the op moves) and ``plan`` (the
     package's softmax plan, None for RMSNorm)."""
     from tritonforge import reference
-    from tritonforge.ops import softmax
+    from tritonforge.ops import softmax, softmax_backward
 
     x = (4 * torch.randn(m, n, device=DEVICE)).to(dtype)
     out = torch.empty_like(x)
     if op == "softmax-bwd":
         y = tfg.softmax(x)
         dy = torch.randn_like(y)
-        return {"args": (dy, y, out), "package": lambda: softmax.softmax_bwd(dy, y), "ref": reference.softmax_bwd_ref(dy, y, upcast=True),
+        return {"args": (dy, y, out), "package": lambda: softmax_backward.softmax_bwd(dy, y), "ref": reference.softmax_bwd_ref(dy, y, upcast=True),
                 "nbytes": 3 * m * n * x.element_size(), "plan": list(softmax.plan(m, n, dtype, x.device, backward=True))}  # fmt: skip
     if op == "softmax":
         return {"args": (x, out), "package": lambda: tfg.softmax(x), "ref": reference.softmax_ref(x, upcast=True),
@@ -209,8 +212,10 @@ def coop_kernel_call(op: str, args: tuple, chunk: int, warps: int, flags: bool =
     4a83bfe; counters zeroed by a memset per call) or, ``flags`` (the softmax kernels only), with
     its flag words as its launcher runs it since (words zeroed by a memset per call). The compiled
     kernel's registers go to ``info`` where it is given (a GPU)."""
-    from tritonforge.kernel_utils import acc_dtype, coop_counters, coop_words, packs_bf16_rows, round_bf16_by_hand, split_float
-    from tritonforge.ops import rmsnorm, softmax
+    from tritonforge.kernel_utils import acc_dtype, round_bf16_by_hand, split_float
+    from tritonforge.ops.gpu import rmsnorm as gpu_rmsnorm
+    from tritonforge.ops.gpu import softmax as gpu_softmax
+    from tritonforge.ops.gpu.coop import coop_counters, coop_words, packs_bf16_rows
 
     if flags and op == "rmsnorm":
         raise ValueError("coop_kernel_call: flags for the softmax kernels only")
@@ -229,20 +234,35 @@ def coop_kernel_call(op: str, args: tuple, chunk: int, warps: int, flags: bool =
         else:
             part_m, part_s, count = parts[0], parts[1], coop_counters(m, x.device)
         if op == "softmax":
-            k = softmax._softmax_coop_kernel[(m * splits,)](x, out, part_m, part_s, count, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc,
-                                                            EVEN_N=softmax.coop_unmasked(x.dtype, n, chunk), **common)  # fmt: skip
+            k = gpu_softmax._softmax_coop_kernel[(m * splits,)](x, out, part_m, part_s, count, x.stride(0), n, m, CHUNK=chunk, ACC_DTYPE=acc,
+                                                            EVEN_N=gpu_softmax.coop_unmasked(x.dtype, n, chunk), **common)  # fmt: skip
         elif op == "softmax-bwd" and toy(packs_bf16_rows(x, args[1]), False):  # inline PTX: not in the interpreter
             w = [t.view(torch.int32) for t in args]
-            k = softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*w, part_m, count, w[0].stride(0), n // 2, WORDS=chunk // 2, **common)
+            k = gpu_softmax._softmax_bwd_coop_packed_kernel[(m * splits,)](*w, part_m, count, w[0].stride(0), n // 2, m, WORDS=chunk // 2, **common)
         elif op == "softmax-bwd":
-            k = softmax._softmax_bwd_coop_kernel[(m * splits,)](*args, part_m, count, x.stride(0), n, CHUNK=chunk, ACC_DTYPE=acc, **common)
+            k = gpu_softmax._softmax_bwd_coop_kernel[(m * splits,)](*args, part_m, count, x.stride(0), n, m, CHUNK=chunk, ACC_DTYPE=acc, **common)
         else:
-            k = rmsnorm._rms_norm_fwd_coop_kernel[(m * splits,)](
-                x, args[1], out, out, x.stride(0), out.stride(0), n, eps_hi, eps_lo, part_m, count, CHUNK=chunk, ACC_DTYPE=acc,
-                STORE_RSTD=False, KEEP16=x.dtype == torch.bfloat16, EVEN_N=rmsnorm.fwd_coop_unmasked(x.dtype, n) and n % chunk == 0,
+            k = gpu_rmsnorm._rms_norm_fwd_coop_kernel[(m * splits,)](
+                x, args[1], out, out, x.stride(0), out.stride(0), n, eps_hi, eps_lo, part_m, count, m, CHUNK=chunk, ACC_DTYPE=acc,
+                STORE_RSTD=False, KEEP16=x.dtype == torch.bfloat16, EVEN_N=gpu_rmsnorm.unmasked(x.dtype, n) and n % chunk == 0,
                 **common)  # fmt: skip
         if info is not None and not info and hasattr(k, "n_regs"):
             info.update(n_regs=k.n_regs, n_spills=k.n_spills)
         return out
 
     return call
+
+
+@triton.jit
+def softmax_fwd_pipelined_kernel(x_ptr, y_ptr, x_row_stride, M, N, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, ACC_DTYPE: tl.constexpr,
+                                 ROUND_BF16: tl.constexpr):  # fmt: skip
+    """The package's pipelined one-pass softmax as it was until its retirement (commit 5d5dcc3's
+    ``softmax._softmax_fwd_pipelined_kernel``), kept for the experiments that measured it
+    (``long-rows/row_schedules.py``, ``cooperative-rows/coop_floor.py``): persistent programs, program
+    p takes rows p, p + programs, ..., and Triton's pipeliner loads the next ``STAGES - 1`` rows into
+    shared memory while one reduces. Retired because the package's plan reached it only for fewer
+    rows than SMs, where each program walks a single row and nothing is pipelined
+    (``benchmarks/NOTES.md``, session 17)."""
+    for row in tl.range(tl.program_id(0), M, tl.num_programs(0), num_stages=STAGES):
+        r = tl.cast(row, tl.int64)
+        _softmax_row(x_ptr + r * x_row_stride, y_ptr + r * N, N, BLOCK_N, ACC_DTYPE, ROUND_BF16, FTZ_EXP=False)

@@ -12,7 +12,7 @@ import numbers
 
 import torch
 
-from tritonforge import exercise, runtime
+from tritonforge import checks, exercise, runtime
 
 OP_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -51,11 +51,11 @@ def register_scaled_residual_add(op_name: str, launch):
 
     def scaled_residual_add(x, residual, alpha):
         """``residual + alpha * x`` in one pass; ``tfg.last_path(op_name)`` tells which path ran."""
-        runtime.check_tensor("x", x, dtypes=OP_DTYPES)
-        runtime.check_tensor("residual", residual, dtypes=OP_DTYPES)
-        runtime.check_same_device(x=x, residual=residual)
-        runtime.check_same_dtype(x=x, residual=residual)
-        runtime.check_same_shape(x=x, residual=residual)
+        checks.check_tensor("x", x, dtypes=OP_DTYPES)
+        checks.check_tensor("residual", residual, dtypes=OP_DTYPES)
+        checks.check_same_device(x=x, residual=residual)
+        checks.check_same_dtype(x=x, residual=residual)
+        checks.check_same_shape(x=x, residual=residual)
         if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
             raise TypeError(f"alpha must be a real Python number, got {type(alpha).__name__}")
         return scaled_residual_add_op(x, residual, float(alpha))

@@ -73,3 +73,22 @@ def test_fractions_name_the_ceiling_they_are_of():
     assert fraction_of([{"ceiling": "copy"}, {"ceiling": None}]) == "the measured copy bandwidth"
     assert fraction_of([{"ceiling": "matmul"}]) == "the measured matmul rate"
     assert "each row's ceiling" in fraction_of([{"ceiling": "copy"}, {"ceiling": "matmul"}])
+
+
+def test_rows_not_counted_for_the_same_reason_are_said_once():
+    """Twelve rows refused with the same error (Liger at every row longer than its block limit)
+    make one sentence naming the rows, not twelve lines; a reason of its own keeps its own."""
+    from tritonforge.bench.report import not_counted
+
+    def refused(dtype, shape, note, status="error"):
+        return {"impl": "liger", "dtype": dtype, "shape": shape, "status": status, "note": note}
+
+    rows = [refused(d, [m, n], f"RuntimeError: n = {n} exceeds the block size 65536")
+            for d in ("float32", "bfloat16") for m, n in ((64, 131072), (1, 262144))]  # fmt: skip
+    rows.append(refused("float32", [8, 4096], "max_rel_err 0.03 > tolerance 0.016", status="wrong"))
+    rows.append({"impl": "tritonforge", "dtype": "float32", "shape": [8, 4096], "status": "ok", "note": None})
+    sentences = not_counted(rows)
+    assert sentences == [
+        "liger at 4 rows (float32 and bfloat16; 64×131072, 1×262144): error, e.g. RuntimeError: n = 131072 exceeds the block size 65536",
+        "liger float32 8×4096: wrong: max_rel_err 0.03 > tolerance 0.016",
+    ]

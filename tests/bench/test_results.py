@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 from pathlib import Path
@@ -152,6 +153,28 @@ def test_chapter_asking_for_live_results_gets_the_record_without_gpu(tmp_path):
     bench.write_results(synthetic_results(), tmp_path / "r.json")
     results = bench.results_for_chapter("rmsnorm", live=True, directory=tmp_path)
     assert not results.live and results.provenance().startswith("recorded on NVIDIA H200")
+
+
+def _imported_modules(module) -> set[str]:
+    """Every ``tritonforge`` module a module's source imports, at its top or inside a function."""
+    names = set()
+    for node in ast.walk(ast.parse(Path(module.__file__).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in names if name.startswith("tritonforge")}
+
+
+def test_the_schema_module_imports_no_suite():
+    """No import cycle in the harness: the results schema and loader stand below the suites (which
+    write results) and the book-facing ``results_for_chapter`` (which runs them or loads the record)."""
+    from tritonforge.bench import book, suites
+
+    assert not {"tritonforge.bench.suites", "tritonforge.bench.book", "tritonforge.bench.cli"} & _imported_modules(results_module)
+    assert "tritonforge.bench.results" in _imported_modules(suites)
+    assert {"tritonforge.bench.results", "tritonforge.bench.suites"} <= _imported_modules(book)
+    assert bench.results_for_chapter is book.results_for_chapter
 
 
 def test_recorded_results_ship_with_the_package(tmp_path, monkeypatch):

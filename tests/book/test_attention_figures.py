@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import tritonforge as tfg
-from tritonforge import runtime
+from tritonforge import hardware, runtime
 from tritonforge.book import attention_figures as af
-from tritonforge.ops import attention
+from tritonforge.ops import attention, attention_prefill
 from tritonforge.reference import flash_attention_ref
 
 
@@ -77,7 +77,7 @@ def test_the_classes_on_a_known_case():
 
 def _kernel_bound_expressions():
     """The kernel's own lines for causal_shift, whole, hi and unmasked (causal first, then not)."""
-    source = inspect.getsource(attention._flash_attn_fwd_kernel.fn)
+    source = inspect.getsource(attention_prefill._flash_attn_fwd_kernel.fn)
     found = {}
     for line in source.splitlines():
         text = line.split("  #")[0].strip()
@@ -106,7 +106,7 @@ def test_the_kernel_source_computes_the_same_bounds():
 def test_the_kernel_never_loads_a_skipped_block(Nq, Nk):
     """Poison the keys and values of every key block the schedule skips for one query block: that
     block's output stays finite and right (a loaded NaN value would reach it through P @ V)."""
-    if not runtime.interpreting():
+    if not hardware.interpreting():
         pytest.skip("runs the prefill kernel on the interpreter, whose tiles are 16 x 16")
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 1, Nq, 16), torch.randn(1, 1, Nk, 16), torch.randn(1, 1, Nk, 16)

@@ -1,21 +1,40 @@
-"""The exercise notebooks as the tests see them: the stub as shipped (the package's copy of the
-cell tagged ``exercise-stub``, ``tritonforge.exercise.stubs``: never the notebook in the working
-tree, which a learner may have solved in place), the reference solution in
-``exercises/solutions/``, and the assertions every exercise's tests make about them (the check
-fails every case on the stub, passes on the solution, and the notebook's check cell calls it)."""
+"""The exercises as the tests see them, from the registry (``tritonforge.exercise.registry``): the
+stub as shipped (the stub cell of the committed notebook, ``tritonforge.exercise.stubs``: never a
+notebook a learner has solved in place), the reference solution in ``exercises/solutions/``, the
+planted wrong answers (the registry names them; they live in ``test_chNN.py``), and the
+assertions every exercise's tests make about them (the check fails every case on the stub, fails
+each planted answer on every seed, passes on the solution, and the notebook's check cell calls it)."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import pathlib
 import sys
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from tritonforge.exercise.registry import NOTEBOOKS, REGISTRY, Exercise
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXERCISES = ROOT / "exercises"
 
 # What a stub cell may use: the names the notebook's setup cell defines.
 STUB_HEADER = "import tritonforge\nimport torch\nimport triton\nimport triton.language as tl\n\n"
+
+
+def stems(chapter: int) -> list[str]:
+    """The notebooks of one chapter's exercises."""
+    return [e.notebook for e in REGISTRY if e.chapter == chapter]
+
+
+def planted(exercise: Exercise) -> list[Callable]:
+    """The planted wrong answers the exercise's row names, from ``test_chNN.py`` of its chapter."""
+    module = importlib.import_module(f"{__package__}.test_ch{exercise.chapter:02d}")
+    return [getattr(module, name) for name in exercise.planted]
 
 
 def _load_module(path: pathlib.Path, name: str):
@@ -32,13 +51,19 @@ def cells(notebook: pathlib.Path, tag: str) -> list[str]:
     return ["".join(c["source"]) for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
 
 
-def shipped_stub(stem: str, name: str, tmp_path: pathlib.Path):
-    """The stub as shipped (``tritonforge.exercise.stubs``), written to a file and imported."""
-    from tritonforge.exercise.stubs import STUBS
+def stub_source(exercise: Exercise) -> str:
+    """The stub as shipped; a skip where none can be found (a notebook solved in place, no git)."""
+    try:
+        return exercise.stub
+    except LookupError as exc:
+        pytest.skip(str(exc))
 
-    path = tmp_path / f"stub_{stem}.py"
-    path.write_text(STUB_HEADER + STUBS[stem] + "\n", encoding="utf-8")
-    return getattr(_load_module(path, f"stub_{stem}"), name)
+
+def shipped_stub(exercise: Exercise, tmp_path: pathlib.Path):
+    """The stub as shipped, written to a file and imported: the function it defines."""
+    path = tmp_path / f"stub_{exercise.notebook}.py"
+    path.write_text(STUB_HEADER + stub_source(exercise) + "\n", encoding="utf-8")
+    return getattr(_load_module(path, f"stub_{exercise.notebook}"), exercise.function)
 
 
 def solution(stem: str, name: str):
@@ -46,16 +71,16 @@ def solution(stem: str, name: str):
     return getattr(_load_module(path, f"solution_{stem}"), name)
 
 
-def assert_notebook_has_one_stub_and_a_check_of_it(stem: str, name: str, check) -> None:
-    notebook = EXERCISES / f"{stem}.ipynb"
+def assert_notebook_has_one_stub_and_a_check_of_it(exercise: Exercise) -> None:
+    notebook = EXERCISES / f"{exercise.notebook}.ipynb"
     (stub,) = cells(notebook, "exercise-stub")
-    assert f"def {name}(" in stub
+    assert f"def {exercise.function}(" in stub
     (check_cell,) = cells(notebook, "exercise-check")
-    assert f"exercise.{check.__name__}({name})" in check_cell
+    assert f"exercise.{exercise.check.__name__}({exercise.function})" in check_cell
 
 
-def assert_check_fails_every_case_on_the_shipped_stub(stem: str, name: str, check, tmp_path: pathlib.Path) -> None:
-    report = check(shipped_stub(stem, name, tmp_path))
+def assert_check_fails_every_case_on_the_shipped_stub(exercise: Exercise, tmp_path: pathlib.Path) -> None:
+    report = exercise.check(shipped_stub(exercise, tmp_path))
     assert not report.passed
     assert report.n_passed == 0, str(report)
     assert all(row.detail for row in report.rows), "every failure says why"
@@ -78,14 +103,35 @@ def assert_check_fails_on_every_seed(check, wrong) -> None:
         assert not report.passed, f"{wrong.__name__} passed with seed {seed}:\n{report}"
 
 
-def assert_gpu_checks_on_compiled_kernels(stem: str, name: str, check, planted, tmp_path: pathlib.Path, *, skip=()) -> None:
+def run_one_case(exercise: Exercise, fn, case_prefix: str, seed) -> tuple:
+    """The row of the one case of ``exercise`` whose name starts with ``case_prefix``, on the very
+    inputs the whole check gives it with ``seed`` (case ``i`` draws from ``seed + i``), and the
+    error budget it was judged by (the dtype's tolerance times ``max(1, max|expected|)``,
+    finite answers only)."""
+    from tritonforge.exercise.core import DEFAULT_SEED, check
+    from tritonforge.reference import TOLERANCE
+
+    cases = exercise.cases()
+    (index,) = [i for i, c in enumerate(cases) if c.name.startswith(case_prefix)]
+    case = cases[index]
+    base = DEFAULT_SEED if seed is None else seed
+    (row,) = check(fn, [case], title=exercise.function, seed=base + index).rows
+    gen = torch.Generator().manual_seed(base + index)
+    expected = case.expected(case.inputs(gen)).double()
+    finite = expected[torch.isfinite(expected)]
+    scale = max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
+    return row, TOLERANCE[case.dtype or torch.float32] * scale
+
+
+def assert_gpu_checks_on_compiled_kernels(stem: str, tmp_path: pathlib.Path, *, skip=()) -> None:
     """On a GPU: the solution passes, the stub fails every case, every planted mistake (but those
     in ``skip``) fails, all compiled rather than interpreted."""
-    from tritonforge import exercise
+    from tritonforge import exercise as package
 
-    assert exercise.kernel_device() == "cuda"
-    check(solution(stem, name)).assert_passed()
-    assert check(shipped_stub(stem, name, tmp_path)).n_passed == 0
-    for wrong in planted:
+    exercise = NOTEBOOKS[stem]
+    assert package.kernel_device() == "cuda"
+    exercise.check(solution(stem, exercise.function)).assert_passed()
+    assert exercise.check(shipped_stub(exercise, tmp_path)).n_passed == 0
+    for wrong in planted(exercise):
         if wrong not in skip:
-            assert not check(wrong).passed, wrong.__name__
+            assert not exercise.check(wrong).passed, wrong.__name__

@@ -142,33 +142,9 @@ def traffic_forgets_weight(M, N, dtype):
     return _traffic(M, N, dtype, weight=False)
 
 
-TABLE = {
-    # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
-    "ex01a_arithmetic_intensity": (
-        "arithmetic_intensity",
-        exercise.check_arithmetic_intensity,
-        [intensity_forgets_weight, intensity_counts_macs, intensity_assumes_fp32],
-    ),
-    "ex01b_roofline_prediction": (
-        "roofline_prediction",
-        exercise.check_roofline_prediction,
-        [
-            prediction_adds_the_times,
-            prediction_tensor_cores_for_everything,
-            prediction_fp16_rate_for_every_matmul,
-            prediction_in_seconds,
-            prediction_bound_from_the_tensor_core_ridge,
-            prediction_matmul_means_compute_bound,
-        ],
-    ),
-    "ex01c_fused_add_rms_norm_traffic": (
-        "fused_add_rms_norm_traffic",
-        exercise.check_fused_add_rms_norm_traffic,
-        [traffic_casts_in_float32, traffic_without_row_statistics, traffic_intermediates_in_dtype, traffic_fused_forgets_h, traffic_forgets_weight],
-    ),
-}
-STEMS = sorted(TABLE)
-"""The generic tests over TABLE (stub, planted answers, solution) are in test_every_exercise.py."""
+# This chapter's exercises: their rows in tritonforge.exercise.registry name the planted wrong
+# answers above; the generic tests over every row (stub, planted answers, solution) are in
+# test_every_exercise.py.
 
 
 def test_specific_failure_messages():

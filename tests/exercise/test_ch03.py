@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
+import tritonforge.hardware
 import tritonforge.runtime
 from tritonforge import exercise
 from tritonforge.kernel_utils import cast_for_store
@@ -399,53 +400,10 @@ def long_rows_stores_first_block_only(x_ptr, w_ptr, y_ptr, x_row_stride, y_row_s
     tl.store(y_ptr + row * y_row_stride + cols, x * rstd * w, mask=mask)  # the rest of the row is never written
 
 
-TABLE = {
-    # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
-    "ex03a_layer_norm_forward": (
-        "layer_norm_fwd_kernel",
-        exercise.check_layer_norm_fwd,
-        [
-            layer_norm_naive_variance,
-            layer_norm_unmasked_centering,
-            layer_norm_unbiased_variance,
-            layer_norm_divides_by_block,
-            layer_norm_forgets_eps,
-            layer_norm_bias_before_weight,
-            layer_norm_ignores_row_stride,
-            layer_norm_eps_outside_sqrt,
-            layer_norm_eps_added_to_rstd,
-        ],
-    ),
-    "ex03b_fused_add_rms_norm": (
-        "fused_add_rms_norm_kernel",
-        exercise.check_fused_add_rms_norm,
-        [
-            fused_add_normalizes_unrounded_h,
-            fused_add_rounds_once,
-            fused_add_truncating_casts,
-            fused_add_normalizes_x,
-            fused_add_forgets_h,
-            fused_add_one_row_stride,
-            fused_add_forgets_eps,
-            fused_add_eps_outside_sqrt,
-            fused_add_eps_added_to_rstd,
-        ],
-    ),
-    "ex03c_rms_norm_long_rows": (
-        "rms_norm_long_rows_kernel",
-        exercise.check_rms_norm_long_rows,
-        [
-            long_rows_first_block_mask,
-            long_rows_divides_by_block_n,
-            long_rows_first_block_only,
-            long_rows_divides_by_padded_n,
-            long_rows_one_pass,
-            long_rows_stores_first_block_only,
-        ],
-    ),
-}
-STEMS = sorted(TABLE)
-"""The generic tests over TABLE (stub, planted answers, solution) are in test_every_exercise.py."""
+STEMS = notebooks.stems(3)
+"""This chapter's exercises. Their rows in ``tritonforge.exercise.registry`` name the planted wrong
+answers above; the generic tests over every row (stub, planted answers, solution) are in
+test_every_exercise.py."""
 
 
 def test_chapter_3_failure_messages():
@@ -456,7 +414,7 @@ def test_chapter_3_failure_messages():
     unrounded = exercise.check_fused_add_rms_norm(fused_add_normalizes_unrounded_h)
     failed = [r for r in unrounded.rows if not r.passed]
     assert failed and all("float32" not in r.case and "Hugging Face order" in r.detail for r in failed)
-    if tritonforge.runtime.interpreting():  # only the interpreter truncates on .to(bfloat16)
+    if tritonforge.hardware.interpreting():  # only the interpreter truncates on .to(bfloat16)
         truncated = exercise.check_fused_add_rms_norm(fused_add_truncating_casts)
         assert any("cast_for_store" in r.detail for r in truncated.rows if not r.passed)
 
@@ -483,8 +441,7 @@ def test_ex03c_mistakes_fail_the_cases_built_for_them(wrong, spared):
 @pytest.mark.gpu
 @pytest.mark.parametrize("stem", STEMS)
 def test_gpu_chapter_3_checks_on_compiled_kernels(stem, tmp_path):
-    name, check, planted = TABLE[stem]
-    notebooks.assert_gpu_checks_on_compiled_kernels(stem, name, check, planted, tmp_path, skip=INTERPRETER_ONLY_MISTAKES)
+    notebooks.assert_gpu_checks_on_compiled_kernels(stem, tmp_path, skip=INTERPRETER_ONLY_MISTAKES)
 
 
 # Pictures of a failed case ------------------------------------------------------------------------

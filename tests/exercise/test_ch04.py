@@ -273,51 +273,10 @@ def bwd_mean_over_rows(ctx, dh, dy):
     return dx, dx, _dweight(ctx, dy), None
 
 
-TABLE = {
-    # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
-    "ex04a_rms_norm_dweight": (
-        "rms_norm_dweight_kernel",
-        exercise.check_rms_norm_dweight,
-        [
-            dweight_forgets_rstd,
-            dweight_double_counts_last_group,
-            dweight_interleaved_rows,
-            dweight_inclusive_end,
-            dweight_no_clamp_to_m,
-            dweight_skips_empty_programs,
-            dweight_accumulates_into_buffer,
-        ],
-    ),
-    "ex04b_rms_norm_dx": (
-        "rms_norm_dx_kernel",
-        exercise.check_rms_norm_dx,
-        [
-            dx_forgets_correction,
-            dx_squares_rstd,
-            dx_forgets_outer_rstd,
-            dx_mean_without_weight,
-            dx_x_for_xhat,
-            dx_divides_by_block_n,
-            dx_x_stride_for_dy,
-            dx_no_masks,
-        ],
-    ),
-    "ex04c_fused_add_rms_norm_backward": (
-        "fused_add_rms_norm_backward",
-        exercise.check_fused_add_rms_norm_backward,
-        [
-            bwd_forgets_dh,
-            bwd_only_dh,
-            bwd_forgets_correction,
-            bwd_residual_gets_only_dh,
-            bwd_dweight_from_h,
-            bwd_three_gradients,
-            bwd_mean_over_rows,
-        ],
-    ),
-}
-STEMS = sorted(TABLE)
-"""The generic tests over TABLE (stub, planted answers, solution) are in test_every_exercise.py."""
+STEMS = notebooks.stems(4)
+"""This chapter's exercises. Their rows in ``tritonforge.exercise.registry`` name the planted wrong
+answers above; the generic tests over every row (stub, planted answers, solution) are in
+test_every_exercise.py."""
 
 
 def test_chapter_4_failure_messages():
@@ -374,8 +333,7 @@ def test_ex04c_names_the_mistake(wrong, hint):
 @pytest.mark.gpu
 @pytest.mark.parametrize("stem", STEMS)
 def test_gpu_chapter_4_checks_on_compiled_kernels(stem, tmp_path):
-    name, check, planted = TABLE[stem]
-    notebooks.assert_gpu_checks_on_compiled_kernels(stem, name, check, planted, tmp_path)
+    notebooks.assert_gpu_checks_on_compiled_kernels(stem, tmp_path)
 
 
 # Pictures of a failed case ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
-from tritonforge import exercise, runtime
+from tritonforge import exercise, hardware
 from tritonforge.exercise import ch05
 
 import triton
@@ -375,54 +375,10 @@ def matmul_program_ids_swapped(
     )  # fmt: skip
 
 
-TABLE = {
-    # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
-    "ex05a_geglu_forward": (
-        "geglu_kernel",
-        exercise.check_geglu,
-        [
-            geglu_tanh_exp_2z_overflows,
-            geglu_tanh_exp_z_overflows,
-            geglu_forgets_cubic_term,
-            geglu_forgets_half,
-            geglu_gate_up_swapped,
-            geglu_exact_erf_gelu,
-            geglu_one_row_stride,
-            geglu_no_masks,
-        ],
-    ),
-    "ex05b_swiglu_backward": (
-        "swiglu_bwd_kernel",
-        exercise.check_swiglu_bwd,
-        [
-            bwd_forgets_product_factor,
-            bwd_silu_for_its_derivative,
-            bwd_drops_sigmoid_term,
-            bwd_dgate_without_up,
-            bwd_dup_is_dy_sigmoid,
-            bwd_outputs_swapped,
-            bwd_sigmoid_overflows,
-            bwd_one_row_stride,
-            bwd_no_masks,
-        ],
-    ),
-    "ex05c_matmul_bias_silu": (
-        "matmul_bias_silu_kernel",
-        exercise.check_matmul_bias_silu,
-        [
-            matmul_no_k_mask,
-            matmul_drops_k_tail,
-            matmul_bias_per_row,
-            matmul_silu_before_bias,
-            matmul_accumulates_in_input_dtype,
-            matmul_w_assumed_contiguous,
-            matmul_unmasked_store,
-            matmul_program_ids_swapped,
-        ],
-    ),
-}
-STEMS = sorted(TABLE)
-"""The generic tests over TABLE (stub, planted answers, solution) are in test_every_exercise.py."""
+STEMS = notebooks.stems(5)
+"""This chapter's exercises. Their rows in ``tritonforge.exercise.registry`` name the planted wrong
+answers above; the generic tests over every row (stub, planted answers, solution) are in
+test_every_exercise.py."""
 
 
 def test_references_agree_with_pytorch():
@@ -466,7 +422,7 @@ def _skip_fp16_accumulator_on_old_interpreter(wrong) -> None:
     test runs everywhere), but not only in the case built for it, and the verdict reports the
     compiler's error rather than naming the accumulator."""
     old_interpreter = tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 4)
-    if wrong is matmul_accumulates_in_input_dtype and (old_interpreter or not runtime.interpreting()):
+    if wrong is matmul_accumulates_in_input_dtype and (old_interpreter or not hardware.interpreting()):
         pytest.skip("this Triton rejects a float16 tl.dot accumulator outright (the mistake still fails)")
 
 
@@ -532,5 +488,4 @@ def test_ex05c_draws_the_output_of_a_failed_case():
 @pytest.mark.gpu
 @pytest.mark.parametrize("stem", STEMS)
 def test_gpu_chapter_5_checks_on_compiled_kernels(stem, tmp_path):
-    name, check, planted = TABLE[stem]
-    notebooks.assert_gpu_checks_on_compiled_kernels(stem, name, check, planted, tmp_path)
+    notebooks.assert_gpu_checks_on_compiled_kernels(stem, tmp_path)

@@ -1,10 +1,11 @@
 """Exercise 6a's check (tritonforge.exercise.ch06) catches a wrong log-softmax: no max subtracted
 (exp overflows near 10⁴, underflows near −10⁴), loads past the row, masked lanes loaded as 0 (for
 the max and the sum, or the sum alone), the ragged last block dropped, an online sum not rescaled
-or rescaled upside down, a block of −inf turned into NaN, the softmax for its log, one row stride,
-no masks; exercise 6b's catches a wrong merge of two softmax states: one side not rescaled, the
-factor upside down, two empty halves turned into NaN, the weights swapped, m = m1, o not divided by
-s, exp(m) taken unshifted, one row stride, no mask; exercise 6c's catches a wrong cross-entropy:
+or rescaled upside down, a block of −inf turned into NaN, x − (m + log s) (m + log s rounded to
+float32's step at m), the softmax for its log, one row stride, no masks; exercise 6b's catches a
+wrong merge of two softmax states: one side not rescaled, the factor upside down, two empty halves
+turned into NaN, the weights swapped, m = m1, o not divided by s, exp(m) taken unshifted, one row
+stride, no mask; exercise 6c's catches a wrong cross-entropy:
 no max, the target's logit read with the row length for the row stride or from row 0,
 ignore_index not handled, masked lanes adding exp(0), the max left out of logsumexp, the sign
 flipped, the ragged last block dropped, no masks. Each fails its check on every seed, the
@@ -66,7 +67,10 @@ def _log_softmax_body(x_ptr, out_ptr, x_row_stride, out_row_stride, N, BLOCK_N: 
     for start in range(0, end, BLOCK_N):
         mask = start + cols < N
         x = tl.load(x_ptr + row * x_row_stride + start + cols, mask=mask, other=0.0).to(tl.float32)
-        out = (x - m) - log_s
+        if MISTAKE == 11:  # m + log(s) first: it rounds to float32's step at m, (x − m) is exact
+            out = x - (m + log_s)
+        else:
+            out = (x - m) - log_s
         if MISTAKE == 8:  # the softmax, not its log
             out = tl.exp(out)
         tl.store(out_ptr + row * (x_row_stride if MISTAKE == 9 else out_row_stride) + start + cols, out, mask=mask)
@@ -120,6 +124,11 @@ def log_softmax_one_row_stride(x_ptr, out_ptr, x_row_stride, out_row_stride, N, 
 @triton.jit
 def log_softmax_nan_after_masked_block(x_ptr, out_ptr, x_row_stride, out_row_stride, N, BLOCK_N: tl.constexpr):
     _log_softmax_body(x_ptr, out_ptr, x_row_stride, out_row_stride, N, BLOCK_N, 10)
+
+
+@triton.jit
+def log_softmax_lse_rounded(x_ptr, out_ptr, x_row_stride, out_row_stride, N, BLOCK_N: tl.constexpr):
+    _log_softmax_body(x_ptr, out_ptr, x_row_stride, out_row_stride, N, BLOCK_N, 11)
 
 
 @triton.jit
@@ -353,58 +362,10 @@ def cross_entropy_no_masks(logits_ptr, target_ptr, loss_ptr, logits_row_stride, 
     _cross_entropy_body(logits_ptr, target_ptr, loss_ptr, logits_row_stride, N, ignore_index, BLOCK_N, 9)
 
 
-TABLE = {
-    # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
-    "ex06a_log_softmax": (
-        "log_softmax_kernel",
-        exercise.check_log_softmax,
-        [
-            log_softmax_without_max,
-            log_softmax_reads_past_the_row,
-            log_softmax_masked_lanes_zero,
-            log_softmax_sum_counts_masked_lanes,
-            log_softmax_drops_ragged_block,
-            log_softmax_sum_not_rescaled,
-            log_softmax_rescale_upside_down,
-            log_softmax_stores_softmax,
-            log_softmax_one_row_stride,
-            log_softmax_nan_after_masked_block,
-            log_softmax_no_masks,
-        ],
-    ),
-    "ex06b_merge_softmax_states": (
-        "merge_states_kernel",
-        exercise.check_merge_states,
-        [
-            merge_first_side_not_rescaled,
-            merge_rescale_upside_down,
-            merge_nan_when_both_empty,
-            merge_weights_swapped,
-            merge_max_is_m1,
-            merge_o_not_divided,
-            merge_exp_unshifted,
-            merge_one_row_stride,
-            merge_no_mask,
-        ],
-    ),
-    "ex06c_cross_entropy": (
-        "cross_entropy_kernel",
-        exercise.check_cross_entropy,
-        [
-            cross_entropy_without_max,
-            cross_entropy_target_with_row_length,
-            cross_entropy_target_from_row_0,
-            cross_entropy_ignore_index_not_handled,
-            cross_entropy_masked_lanes_add_one,
-            cross_entropy_max_left_out,
-            cross_entropy_sign_flipped,
-            cross_entropy_drops_ragged_block,
-            cross_entropy_no_masks,
-        ],
-    ),
-}
-STEMS = sorted(TABLE)
-"""The generic tests over TABLE (stub, planted answers, solution) are in test_every_exercise.py."""
+STEMS = notebooks.stems(6)
+"""This chapter's exercises. Their rows in ``tritonforge.exercise.registry`` name the planted wrong
+answers above; the generic tests over every row (stub, planted answers, solution) are in
+test_every_exercise.py."""
 
 
 def test_references_agree_with_pytorch():
@@ -436,8 +397,8 @@ def test_references_agree_with_pytorch():
     "check, wrong, cases",
     [
         # exp overflows (or underflows to 0) only where the values are far from 0
-        (exercise.check_log_softmax, log_softmax_without_max, ("values near +10⁴", "values near −10⁴")),
-        (exercise.check_log_softmax, log_softmax_nan_after_masked_block, ("first 40 columns −inf",)),
+        (exercise.check_log_softmax, log_softmax_without_max, ("values near +10⁴", "values near −10⁴", "values near −10⁷")),
+        (exercise.check_log_softmax, log_softmax_nan_after_masked_block, ("first 40 columns −inf", "−inf prefixes")),
         (exercise.check_merge_states, merge_nan_when_both_empty, ("both halves empty",)),
         (exercise.check_merge_states, merge_exp_unshifted, ("logits near 100",)),
         (exercise.check_cross_entropy, cross_entropy_without_max, ("logits near +200", "logits near −200")),
@@ -470,6 +431,10 @@ def test_the_online_rescale_fails_the_rising_rows_on_every_seed():
         (exercise.check_log_softmax, log_softmax_reads_past_the_row, "read past the end of a row"),
         (exercise.check_log_softmax, log_softmax_stores_softmax, "this is the softmax"),
         (exercise.check_log_softmax, log_softmax_nan_after_masked_block, "shift by 0 while the running max is still −inf"),
+        (exercise.check_log_softmax, log_softmax_nan_after_masked_block, "likely a missing −inf guard"),
+        (exercise.check_log_softmax, log_softmax_sum_not_rescaled, "running sum not rescaled when the max grows"),
+        (exercise.check_log_softmax, log_softmax_lse_rounded, "large-magnitude rows lose precision"),
+        (exercise.check_log_softmax, log_softmax_lse_rounded, "compute (x − m) − log(s)"),
         (exercise.check_merge_states, merge_nan_when_both_empty, "both halves are empty"),
         (exercise.check_merge_states, merge_first_side_not_rescaled, "one side was not rescaled"),
         (exercise.check_merge_states, merge_rescale_upside_down, "upside down"),
@@ -490,6 +455,23 @@ def test_the_verdict_names_the_mistake(check, wrong, hint):
     assert failed and any(hint in r.detail for r in failed), str(report)
 
 
+@pytest.mark.parametrize(
+    "wrong, case, named",
+    [
+        (log_softmax_nan_after_masked_block, "−inf prefixes", "NaN in the rows whose first block of 32 is all −inf (rows 2, 3 and 4 of 5)"),
+        (log_softmax_sum_not_rescaled, "rising rows", "running sum not rescaled when the max grows"),
+        (log_softmax_lse_rounded, "values near −10⁷", "large-magnitude rows lose precision"),
+    ],
+)
+def test_ex06a_a_case_built_for_the_mistake_fails_it_by_a_wide_margin_and_names_it(wrong, case, named):
+    """On every seed the case built for the mistake fails it far outside the tolerance (NaN where
+    the answer is finite, or an error at least 1000 times the budget), and its verdict names it."""
+    for seed in notebooks.PLANTED_SEEDS:
+        row, budget = notebooks.run_one_case(notebooks.NOTEBOOKS["ex06a_log_softmax"], wrong, case, seed)
+        assert not row.passed and named in row.detail, row.detail
+        assert row.error is not None and (row.error != row.error or row.error >= 1000 * budget), (seed, row.error, budget)
+
+
 def test_ex06a_draws_the_output_of_a_failed_case():
     report = exercise.check_log_softmax(log_softmax_drops_ragged_block)
     pictured = [r for r in report.rows if r.picture and not r.passed]
@@ -499,5 +481,4 @@ def test_ex06a_draws_the_output_of_a_failed_case():
 @pytest.mark.gpu
 @pytest.mark.parametrize("stem", STEMS)
 def test_gpu_chapter_6_checks_on_compiled_kernels(stem, tmp_path):
-    name, check, planted = TABLE[stem]
-    notebooks.assert_gpu_checks_on_compiled_kernels(stem, name, check, planted, tmp_path)
+    notebooks.assert_gpu_checks_on_compiled_kernels(stem, tmp_path)

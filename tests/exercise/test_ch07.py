@@ -362,48 +362,10 @@ def window_lower_bound_rounded_up(
     )  # fmt: skip
 
 
-TABLE = {
-    # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
-    "ex07a_softcapping": (
-        "attention_softcap_kernel",
-        exercise.check_attention_softcap,
-        [
-            softcap_tanh_overflows,
-            softcap_after_max_subtracted,
-            softcap_before_scale,
-            softcap_tanh_of_s,
-            softcap_sign_lost,
-            softcap_tail_masked_before_cap,
-        ],
-    ),
-    "ex07b_alibi": (
-        "attention_alibi_kernel",
-        exercise.check_attention_alibi,
-        [
-            alibi_sign_flipped,
-            alibi_causal_top_left,
-            alibi_slope_one_head_off,
-            alibi_slope_of_program_id,
-            alibi_bias_before_scale,
-            alibi_not_causal,
-        ],
-    ),
-    "ex07c_sliding_window": (
-        "sliding_window_attention_kernel",
-        exercise.check_sliding_window_attention,
-        [
-            window_no_lower_bound,
-            window_lower_bound_not_clamped,
-            window_one_key_too_many,
-            window_top_left,
-            window_no_shift_for_empty_blocks,
-            window_masked_in_first_block_only,
-            window_lower_bound_rounded_up,
-        ],
-    ),
-}
-STEMS = sorted(TABLE)
-"""The generic tests over TABLE (stub, planted answers, solution) are in test_every_exercise.py."""
+STEMS = notebooks.stems(7)
+"""This chapter's exercises. Their rows in ``tritonforge.exercise.registry`` name the planted wrong
+answers above; the generic tests over every row (stub, planted answers, solution) are in
+test_every_exercise.py."""
 
 
 def test_references_agree_with_the_formulas():
@@ -468,7 +430,8 @@ def test_top_left_alignment_fails_exactly_where_nq_differs_from_nk():
     [
         (exercise.check_attention_softcap, softcap_tanh_overflows, "build tanh from e = exp(−2|x|)"),
         (exercise.check_attention_softcap, softcap_before_scale, "the cap came before the scale"),
-        (exercise.check_attention_softcap, softcap_tail_masked_before_cap, "the masked key tail came back"),
+        (exercise.check_attention_softcap, softcap_tail_masked_before_cap, "cap applied after the mask"),
+        (exercise.check_attention_softcap, softcap_tail_masked_before_cap, "masked logits must stay −inf"),
         (exercise.check_attention_alibi, alibi_sign_flipped, "the bias has the wrong sign"),
         (exercise.check_attention_alibi, alibi_causal_top_left, "aligned top left"),
         (exercise.check_attention_alibi, alibi_slope_one_head_off, "the slope of the wrong head"),
@@ -485,6 +448,16 @@ def test_the_verdict_names_the_mistake(check, wrong, hint):
     report = check(wrong)
     failed = [r for r in report.rows if not r.passed and not r.skipped]
     assert failed and any(hint in r.detail for r in failed), str(report)
+
+
+def test_ex07a_the_cap_after_the_mask_fails_a_case_built_for_it_by_a_wide_margin():
+    """With a cap of 1 every score saturates near ±1: the 15 masked lanes of the last key block,
+    let back in at −1, weigh as much as the 17 real keys, so the error is thousands of times the
+    budget on every seed (in the other cases they sit near −cap, far below the max, and add ~1e-5)."""
+    for seed in notebooks.PLANTED_SEEDS:
+        row, budget = notebooks.run_one_case(notebooks.NOTEBOOKS["ex07a_softcapping"], softcap_tail_masked_before_cap, "cap 1, Nk=17", seed)
+        assert not row.passed and "cap applied after the mask" in row.detail, row.detail
+        assert row.error is not None and row.error >= 1000 * budget, (seed, row.error, budget)
 
 
 def test_ex07c_draws_the_query_rows_of_a_failed_case():
@@ -510,5 +483,4 @@ def test_the_launchers_refuse_what_the_kernels_cannot_take():
 @pytest.mark.gpu
 @pytest.mark.parametrize("stem", STEMS)
 def test_gpu_chapter_7_checks_on_compiled_kernels(stem, tmp_path):
-    name, check, planted = TABLE[stem]
-    notebooks.assert_gpu_checks_on_compiled_kernels(stem, name, check, planted, tmp_path)
+    notebooks.assert_gpu_checks_on_compiled_kernels(stem, tmp_path)

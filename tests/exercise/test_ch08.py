@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
-from tritonforge import exercise, runtime
+from tritonforge import checks, exercise, runtime
 from tritonforge.exercise import ch08
 
 from . import notebooks
@@ -26,11 +26,11 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _validate(x, residual, alpha):
-    runtime.check_tensor("x", x, dtypes=DTYPES)
-    runtime.check_tensor("residual", residual, dtypes=DTYPES)
-    runtime.check_same_device(x=x, residual=residual)
-    runtime.check_same_dtype(x=x, residual=residual)
-    runtime.check_same_shape(x=x, residual=residual)
+    checks.check_tensor("x", x, dtypes=DTYPES)
+    checks.check_tensor("residual", residual, dtypes=DTYPES)
+    checks.check_same_device(x=x, residual=residual)
+    checks.check_same_dtype(x=x, residual=residual)
+    checks.check_same_shape(x=x, residual=residual)
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
         raise TypeError(f"alpha must be a real Python number, got {type(alpha).__name__}")
 
@@ -186,8 +186,8 @@ def srad_bad_input_as_fallback(op_name, launch):
     op.register_autograd(_backward, setup_context=_setup_context)
 
     def public(x, residual, alpha):
-        runtime.check_tensor("x", x, dtypes=DTYPES)
-        runtime.check_tensor("residual", residual, dtypes=DTYPES)
+        checks.check_tensor("x", x, dtypes=DTYPES)
+        checks.check_tensor("residual", residual, dtypes=DTYPES)
         if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
             raise TypeError(f"alpha must be a real Python number, got {type(alpha).__name__}")
         return op(x, residual, float(alpha))
@@ -200,29 +200,207 @@ def srad_reference_as_kernel(op_name, launch):
     return _build(op_name, launch, kernel=lambda launch, x, residual, alpha: exercise.scaled_residual_add_ref(x, residual, alpha))
 
 
-TABLE = {
-    # notebook stem: (function name in the stub and the solution, the check, planted wrong answers)
-    "ex08a_register_an_op": (
-        "register_scaled_residual_add",
-        exercise.check_scaled_residual_add,
-        [
-            srad_without_fake,
-            srad_without_custom_op,
-            srad_fake_wrong_dtype,
-            srad_without_backward,
-            srad_silent_fallback,
-            srad_unrouted_fallback,
-            srad_routes_under_another_name,
-            srad_forgets_the_dtype,
-            srad_unnamed_errors,
-            srad_no_validation,
-            srad_bad_input_as_fallback,
-            srad_reference_as_kernel,
-        ],
-    ),
-}
-STEMS = sorted(TABLE)
-"""The generic tests over TABLE (stub, planted answers, solution) are in test_every_exercise.py."""
+# -- Exercise 8b: a row softmax whose kernel has limits of its own -------------------------------
+
+ROW_MAX = exercise.ROW_SOFTMAX_MAX_N
+
+
+def _softmax_limit(x, *, limit=ROW_MAX, longest=None):
+    """The sentence for what the kernel cannot serve, or None (``longest``: a wrong comparison)."""
+    n = x.shape[-1]
+    too_long = longest(n) if longest else n > limit
+    if too_long:
+        return f"rows of {n} elements: the kernel holds at most {ROW_MAX}"
+    if x.dtype == torch.float64:
+        return "float64: the kernel computes in float32"
+    return None
+
+
+def _softmax_build(op_name, launch, *, limit=_softmax_limit, pass_dtype=True, empty="record", validate=True):
+    def row_softmax(x):
+        if validate:
+            checks.check_tensor("x", x, dtypes=DTYPES, ndim_min=1)
+        if x.numel() == 0 and empty == "record":
+            runtime.record_empty(op_name)
+            return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        unsupported = limit(x)
+        if x.numel() == 0 and empty == "fallback":
+            unsupported = "empty input"
+        return runtime.dispatch(op_name, device=x.device, dtype=x.dtype if pass_dtype else None, unsupported=unsupported,
+                                kernel=lambda: launch(x), reference=lambda: exercise.row_softmax_ref(x))  # fmt: skip
+
+    return row_softmax
+
+
+def softmax_no_limits_of_its_own(op_name, launch):
+    """Hands everything to the launcher: it refuses long rows and float64, dispatch catches that as
+    a kernel error (after a launch) instead of an unsupported input."""
+    return _softmax_build(op_name, launch, limit=lambda x: None)
+
+
+def softmax_limit_off_by_one(op_name, launch):
+    """``n >= 1024`` for the limit: rows of exactly 1024, which the kernel takes, go to the reference."""
+    return _softmax_build(op_name, launch, limit=lambda x: _softmax_limit(x, longest=lambda n: n >= ROW_MAX))
+
+
+def softmax_forgets_the_dtype(op_name, launch):
+    """Its own limits, but no dtype= for dispatch: bf16 reaches the launcher on a T4."""
+    return _softmax_build(op_name, launch, pass_dtype=False)
+
+
+def softmax_limits_raise(op_name, launch):
+    """Treats the kernel's limits as bad input: a ValueError for long rows and float64, no fallback."""
+    build = _softmax_build(op_name, launch)
+
+    def row_softmax(x):
+        if isinstance(x, torch.Tensor) and x.numel() and _softmax_limit(x):
+            raise ValueError(f"x: {_softmax_limit(x)}")
+        return build(x)
+
+    return row_softmax
+
+
+def softmax_silent_reference(op_name, launch):
+    """Decides the limits itself and returns the reference without dispatch: no warning, no record,
+    nothing raised under strict routing."""
+    build = _softmax_build(op_name, launch)
+
+    def row_softmax(x):
+        checks.check_tensor("x", x, dtypes=DTYPES, ndim_min=1)
+        if x.numel() and _softmax_limit(x):
+            return exercise.row_softmax_ref(x)
+        return build(x)
+
+    return row_softmax
+
+
+def softmax_vague_detail(op_name, launch):
+    """Routes past the limits as unsupported, but the detail names no limit."""
+    return _softmax_build(op_name, launch, limit=lambda x: "input not supported by the kernel" if _softmax_limit(x) else None)
+
+
+def softmax_empty_as_fallback(op_name, launch):
+    """An empty input routed as an unsupported fallback: a warning, and FallbackError under strict routing."""
+    return _softmax_build(op_name, launch, empty="fallback")
+
+
+def softmax_empty_to_the_kernel(op_name, launch):
+    """No empty case: the launcher refuses an empty tensor, dispatch reports a kernel error."""
+    return _softmax_build(op_name, launch, empty="dispatch")
+
+
+def softmax_int_as_fallback(op_name, launch):
+    """No dtype check: an int32 tensor is sent to the reference as "unsupported" instead of a TypeError."""
+    build = _softmax_build(op_name, launch, validate=False)
+
+    def row_softmax(x):
+        if isinstance(x, torch.Tensor) and not x.is_floating_point():
+            return runtime.dispatch(op_name, device=x.device, dtype=x.dtype, unsupported=f"{x.dtype} is not a float",
+                                    kernel=lambda: launch(x), reference=lambda: exercise.row_softmax_ref(x.float()))  # fmt: skip
+        return build(x)
+
+    return row_softmax
+
+
+# -- Exercise 8c: a differentiable SwiGLU under every autograd mode ------------------------------
+
+
+def _swiglu_build(op_name, backward_name, launch, launch_backward, *, backward_route=None, create_graph="reference",
+                  routed_backward=True, forward_mode="reference"):  # fmt: skip
+    backward_route = backward_route or backward_name
+
+    @torch.library.custom_op(op_name, mutates_args=())
+    def op(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return runtime.dispatch(op_name, device=gate.device, dtype=gate.dtype, kernel=lambda: launch(gate, up),
+                                reference=lambda: exercise.swiglu_ref(gate, up))  # fmt: skip
+
+    op.register_fake(lambda gate, up: torch.empty_like(gate, memory_format=torch.contiguous_format))
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def backward(ctx, dy):
+        gate, up = ctx.saved_tensors
+        recording = dy.requires_grad if create_graph == "by_requires_grad" else torch.is_grad_enabled()
+        if recording and create_graph == "silent":
+            return exercise.swiglu_backward_ref(dy, gate, up)
+        if recording and create_graph == "detached":
+            with torch.no_grad():
+                grads = exercise.swiglu_backward_ref(dy, gate, up)
+            return runtime.dispatch_reference(backward_name, "autograd", "create_graph=True", lambda: grads)
+        if recording and create_graph in ("reference", "by_requires_grad"):
+            return runtime.dispatch_reference(backward_name, "autograd", "create_graph=True",
+                                              lambda: exercise.swiglu_backward_ref(dy, gate, up))  # fmt: skip
+        if not routed_backward:
+            return launch_backward(dy, gate, up)
+        return runtime.dispatch(backward_route, device=gate.device, dtype=gate.dtype, kernel=lambda: launch_backward(dy, gate, up),
+                                reference=lambda: exercise.swiglu_backward_ref(dy, gate, up))  # fmt: skip
+
+    op.register_autograd(backward, setup_context=setup_context)
+
+    def swiglu(gate, up):
+        checks.check_tensor("gate", gate, dtypes=DTYPES)
+        checks.check_tensor("up", up, dtypes=DTYPES)
+        checks.check_same_shape(gate=gate, up=up)
+        mode = runtime.autograd_mode_unsupported(gate, up)
+        if mode and forward_mode == "reference":
+            return runtime.dispatch_reference(op_name, "autograd", mode, lambda: exercise.swiglu_ref(gate, up))
+        if mode and forward_mode == "silent":
+            return exercise.swiglu_ref(gate, up)
+        return op(gate, up)
+
+    return swiglu
+
+
+def swiglu_backward_under_forward_name(op_name, backward_name, launch, launch_backward):
+    """Routes the backward under the forward's name: last_route(backward_name) knows nothing of it."""
+    return _swiglu_build(op_name, backward_name, launch, launch_backward, backward_route=op_name)
+
+
+def swiglu_backward_not_routed(op_name, backward_name, launch, launch_backward):
+    """Calls the backward kernel directly: no route recorded, no fallback if it fails."""
+    return _swiglu_build(op_name, backward_name, launch, launch_backward, routed_backward=False)
+
+
+def swiglu_kernel_under_create_graph(op_name, backward_name, launch, launch_backward):
+    """The backward kernel even under create_graph=True: its gradients are constants to autograd."""
+    return _swiglu_build(op_name, backward_name, launch, launch_backward, create_graph="kernel")
+
+
+def swiglu_create_graph_silently(op_name, backward_name, launch, launch_backward):
+    """The reference backward under create_graph=True, but not through dispatch_reference: silent, and
+    nothing raises under strict routing."""
+    return _swiglu_build(op_name, backward_name, launch, launch_backward, create_graph="silent")
+
+
+def swiglu_detached_reference_under_create_graph(op_name, backward_name, launch, launch_backward):
+    """Routes create_graph=True to the reference backward, loudly, but computes it under no_grad:
+    the second derivative vanishes."""
+    return _swiglu_build(op_name, backward_name, launch, launch_backward, create_graph="detached")
+
+
+def swiglu_create_graph_by_requires_grad(op_name, backward_name, launch, launch_backward):
+    """Tells create_graph by dy.requires_grad instead of grad mode: a plain dy with create_graph=True
+    takes the kernel, whose gradients autograd cannot differentiate."""
+    return _swiglu_build(op_name, backward_name, launch, launch_backward, create_graph="by_requires_grad")
+
+
+def swiglu_no_forward_mode_check(op_name, backward_name, launch, launch_backward):
+    """Always calls the operator: forward-mode AD drops the tangent, torch.func.jvp gives zeros,
+    torch.func.grad raises."""
+    return _swiglu_build(op_name, backward_name, launch, launch_backward, forward_mode="operator")
+
+
+def swiglu_forward_mode_silently(op_name, backward_name, launch, launch_backward):
+    """Sends forward-mode AD and torch.func to the reference without dispatch_reference: silent, no
+    FallbackError under strict routing."""
+    return _swiglu_build(op_name, backward_name, launch, launch_backward, forward_mode="silent")
+
+
+STEMS = notebooks.stems(8)
+"""This chapter's exercises. Their rows in ``tritonforge.exercise.registry`` name the planted wrong
+answers above; the generic tests over every row (stub, planted answers, solution) are in
+test_every_exercise.py."""
 
 
 def _failed(report) -> set[str]:
@@ -255,7 +433,7 @@ def test_each_mistake_fails_where_it_should(wrong):
 
 
 def test_every_planted_mistake_has_its_expected_failures():
-    assert set(EXPECTED_FAILURES) == set(TABLE["ex08a_register_an_op"][2])
+    assert set(EXPECTED_FAILURES) == set(notebooks.planted(exercise.registry.NOTEBOOKS["ex08a_register_an_op"]))
 
 
 def test_the_verdicts_say_what_to_fix():
@@ -329,5 +507,129 @@ def test_the_try_helper_shows_the_route():
 @pytest.mark.gpu
 def test_gpu_checks_on_compiled_kernels(tmp_path):
     for stem in STEMS:
-        name, check, planted = TABLE[stem]
-        notebooks.assert_gpu_checks_on_compiled_kernels(stem, name, check, planted, tmp_path)
+        notebooks.assert_gpu_checks_on_compiled_kernels(stem, tmp_path)
+
+
+# -- Exercise 8b ---------------------------------------------------------------------------------
+
+LONG_ROWS = {f"float32 3×{ROW_MAX + 1}: too long for the kernel", "float16 2×3000: too long for the kernel"}
+FLOAT64 = {"float64 5×40: not the kernel's dtype"}
+STRICT_LONG = {f"float32 2×{ROW_MAX + 1}, strict: FallbackError"}
+EMPTY = {"empty 0×64, strict: recorded, no warning", "empty 3×0, strict: recorded, no warning"}
+
+SOFTMAX_EXPECTED_FAILURES = {
+    softmax_no_limits_of_its_own: LONG_ROWS | FLOAT64 | STRICT_LONG,
+    softmax_limit_off_by_one: {f"float16 3×{ROW_MAX}: the longest row the kernel takes"},
+    softmax_forgets_the_dtype: {"bfloat16 4×40 on a simulated T4: unsupported"},
+    softmax_limits_raise: LONG_ROWS | FLOAT64 | STRICT_LONG,
+    softmax_silent_reference: LONG_ROWS | FLOAT64 | STRICT_LONG,
+    softmax_vague_detail: LONG_ROWS | FLOAT64,
+    softmax_empty_as_fallback: EMPTY,
+    softmax_empty_to_the_kernel: EMPTY,
+    softmax_int_as_fallback: {"bad input: x an int32 tensor"},
+}
+
+
+@pytest.mark.parametrize("wrong", list(SOFTMAX_EXPECTED_FAILURES), ids=lambda w: w.__name__)
+def test_each_row_softmax_mistake_fails_where_it_should(wrong):
+    report = exercise.check_row_softmax(wrong)
+    missing = SOFTMAX_EXPECTED_FAILURES[wrong] - _failed(report)
+    assert not missing, f"{wrong.__name__} passed {sorted(missing)}:\n{report}"
+
+
+def test_every_row_softmax_mistake_has_its_expected_failures():
+    assert set(SOFTMAX_EXPECTED_FAILURES) == set(notebooks.planted(exercise.registry.NOTEBOOKS["ex08b_row_softmax_limits"]))
+
+
+def test_the_row_softmax_verdicts_say_what_to_fix():
+    assert "dispatch caught that: decide before routing" in str(exercise.check_row_softmax(softmax_no_limits_of_its_own))
+    assert "pass dtype=x.dtype" in str(exercise.check_row_softmax(softmax_forgets_the_dtype))
+    assert "does not name the limit: say '1024'" in str(exercise.check_row_softmax(softmax_vague_detail))
+    assert "record_empty" in str(exercise.check_row_softmax(softmax_empty_as_fallback))
+    assert "a fallback is never silent" in str(exercise.check_row_softmax(softmax_silent_reference))
+
+
+def test_the_row_softmax_solution_really_routes():
+    """Outside the check: the kernel serves rows up to 1024, the reference (warned, recorded, with
+    the limit named) longer rows without a launch, FallbackError under strict routing."""
+    solution = notebooks.solution("ex08b_row_softmax_limits", "make_row_softmax")
+    name = exercise.fresh_op_name("row_softmax")
+    op = solution(name, ch08.launch_row_softmax)
+    x = torch.randn(3, ROW_MAX, device=exercise.kernel_device())
+    torch.testing.assert_close(op(x), torch.softmax(x, -1))
+    assert tritonforge.last_path(name) == ("triton" if exercise.kernel_device() == "cuda" else "interpreter")
+    long = torch.randn(2, ROW_MAX + 1, device=exercise.kernel_device())
+    with runtime.strict(False), pytest.warns(runtime.FallbackWarning, match="1024"):
+        torch.testing.assert_close(op(long), torch.softmax(long, -1))
+    assert tritonforge.last_route(name).reason == "unsupported"
+    with runtime.strict(True), pytest.raises(runtime.FallbackError, match=name):
+        op(long)
+
+
+def test_the_row_softmax_launcher_refuses_what_its_kernel_cannot_serve():
+    for x in (torch.randn(2, ROW_MAX + 1), torch.randn(2, 8, dtype=torch.float64), torch.randn(0, 8)):
+        with pytest.raises(RuntimeError, match="launch_row_softmax"):
+            ch08.launch_row_softmax(x)
+
+
+# -- Exercise 8c ---------------------------------------------------------------------------------
+
+SWIGLU_BACKWARD = {"float32 3×50: backward by its kernel, under its own name", "float16 2×3×24: backward by its kernel"}
+CREATE_GRAPH = {"float64 3×16, create_graph=True: second derivatives", "create_graph=True, strict: FallbackError"}
+FORWARD_MODES = {
+    "float64 3×20, forward-mode AD (make_dual)", "float64 2×3×12, torch.func.jvp", "torch.func.jvp, strict: FallbackError",
+    "float64 4×10, torch.func.grad",
+}  # fmt: skip
+
+SWIGLU_EXPECTED_FAILURES = {
+    swiglu_backward_under_forward_name: SWIGLU_BACKWARD,
+    swiglu_backward_not_routed: SWIGLU_BACKWARD,
+    swiglu_kernel_under_create_graph: CREATE_GRAPH,
+    swiglu_create_graph_silently: CREATE_GRAPH,
+    swiglu_detached_reference_under_create_graph: {"float64 3×16, create_graph=True: second derivatives"},
+    swiglu_create_graph_by_requires_grad: CREATE_GRAPH,
+    swiglu_no_forward_mode_check: FORWARD_MODES,
+    swiglu_forward_mode_silently: FORWARD_MODES,
+}
+
+
+@pytest.mark.parametrize("wrong", list(SWIGLU_EXPECTED_FAILURES), ids=lambda w: w.__name__)
+def test_each_swiglu_mistake_fails_where_it_should(wrong):
+    report = exercise.check_swiglu(wrong)
+    missing = SWIGLU_EXPECTED_FAILURES[wrong] - _failed(report)
+    assert not missing, f"{wrong.__name__} passed {sorted(missing)}:\n{report}"
+
+
+def test_every_swiglu_mistake_has_its_expected_failures():
+    assert set(SWIGLU_EXPECTED_FAILURES) == set(notebooks.planted(exercise.registry.NOTEBOOKS["ex08c_differentiable_swiglu"]))
+
+
+def test_the_swiglu_verdicts_say_what_to_fix():
+    assert "second derivative would be zero" in str(exercise.check_swiglu(swiglu_detached_reference_under_create_graph))
+    report = str(exercise.check_swiglu(swiglu_no_forward_mode_check))
+    assert "no tangent" in report and "all zeros" in report and "autograd_mode_unsupported" in report
+    assert "nothing recorded under exercise::swiglu_backward_" in str(exercise.check_swiglu(swiglu_backward_under_forward_name))
+
+
+def test_the_swiglu_solution_is_right_under_every_mode():
+    """Outside the check: the kernels serve a training step; create_graph=True, jvp and make_dual
+    take the reference (warned, recorded, reason autograd) with exact float64 derivatives, checked
+    by torch.autograd.gradgradcheck; strict routing raises."""
+    solution = notebooks.solution("ex08c_differentiable_swiglu", "register_swiglu")
+    name, backward_name = exercise.fresh_op_name("swiglu"), exercise.fresh_op_name("swiglu_backward")
+    op = solution(name, backward_name, ch08.launch_swiglu, ch08.launch_swiglu_backward)
+    device = exercise.kernel_device()
+    gate, up = (torch.randn(3, 7, dtype=torch.float64, device=device, requires_grad=True) for _ in range(2))
+    with runtime.strict(True):
+        op(gate, up).sum().backward()
+    assert tritonforge.last_path(backward_name) == ("triton" if device == "cuda" else "interpreter")
+    with runtime.strict(False), warnings.catch_warnings():
+        warnings.simplefilter("ignore", runtime.FallbackWarning)
+        assert torch.autograd.gradgradcheck(op, (gate, up))
+        assert tritonforge.last_route(backward_name).reason == "autograd"
+        _, tangent = torch.func.jvp(op, (gate.detach(), up.detach()), (torch.ones_like(gate), torch.zeros_like(up)))
+        assert tritonforge.last_route(name).reason == "autograd"
+    g = gate.detach()
+    torch.testing.assert_close(tangent, torch.sigmoid(g) * (1 + g * (1 - torch.sigmoid(g))) * up.detach())
+    with runtime.strict(True), pytest.raises(runtime.FallbackError, match=name):
+        torch.func.jvp(op, (gate.detach(), up.detach()), (torch.ones_like(gate), torch.zeros_like(up)))

@@ -1,7 +1,7 @@
 """The exercise mechanism (tritonforge.exercise.core): a check never raises and says why a case
 failed, reports render as text and HTML, seeds replay, guarded views count writes outside them,
-pictures of an output mark each element (and fold long rows); and every exercise notebook has its
-check in the registry and a test module."""
+pictures of an output mark each element (and fold long rows). (That the registry, the notebooks
+and the solutions agree is test_registry.py's.)"""
 
 from __future__ import annotations
 
@@ -14,19 +14,7 @@ from tritonforge import exercise
 import triton
 import triton.language as tl
 
-from . import notebooks, test_ch01, test_ch02, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07, test_ch08, test_ch09
 from .test_ch01 import intensity_counts_macs
-
-TABLES = {**test_ch01.TABLE, **test_ch02.TABLE, **test_ch03.TABLE, **test_ch04.TABLE, **test_ch05.TABLE, **test_ch06.TABLE, **test_ch07.TABLE,
-          **test_ch08.TABLE, **test_ch09.TABLE}  # fmt: skip
-
-
-def test_every_exercise_notebook_is_in_a_table():
-    assert sorted(p.stem for p in notebooks.EXERCISES.glob("*.ipynb")) == sorted(TABLES)
-
-
-def test_every_check_is_in_the_registry():
-    assert sorted(check.__name__ for _, check, _ in TABLES.values()) == sorted(c.__name__ for c in exercise.EXERCISES.values())
 
 
 @pytest.mark.parametrize(

@@ -8,28 +8,27 @@ import pytest
 import torch
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
-from tritonforge import exercise, runtime
-from tritonforge.exercise.stubs import STUBS
+from tritonforge import exercise, simulation
+from tritonforge.exercise.registry import NOTEBOOKS
 
-from . import notebooks, test_ch03, test_ch04, test_ch05, test_ch06, test_ch07, test_ch08, test_ch09
+from . import notebooks, test_ch03
 
-TABLE = {**test_ch03.TABLE, **test_ch04.TABLE, **test_ch05.TABLE, **test_ch06.TABLE, **test_ch07.TABLE, **test_ch08.TABLE, **test_ch09.TABLE}
 NO_BF16_CASES = {"ex05c_matmul_bias_silu"}  # its cases are float32/float16 (bf16 tl.dot is wrong in the interpreter)
-WITH_BF16_CASES = sorted(s for s in TABLE if "@triton.jit" in STUBS[s] and s not in NO_BF16_CASES)
-WITH_BF16_CASES += ["ex08a_register_an_op"]  # no kernel in its stub (it registers an op), but a bfloat16 case
+KERNELS = [s for s in NOTEBOOKS if "@triton.jit" in (notebooks.EXERCISES / "solutions" / f"{s}.py").read_text(encoding="utf-8")]
+WITH_BF16_CASES = sorted(s for s in KERNELS if NOTEBOOKS[s].chapter >= 3 and s not in NO_BF16_CASES)
+WITH_BF16_CASES += ["ex08a_register_an_op", "ex08b_row_softmax_limits"]  # no kernel to write (they route an op), but a bfloat16 case
 
 
 def test_half_dtype_follows_the_device():
     assert exercise.half_dtype() == torch.bfloat16  # the interpreter on a CPU runs bf16
-    with runtime.simulate("t4"):
+    with simulation.simulate("t4"):
         assert exercise.half_dtype() == torch.float16
 
 
 @pytest.mark.parametrize("stem", WITH_BF16_CASES)
 def test_reference_solution_passes_on_a_t4_with_bf16_cases_skipped(stem):
-    name, check, _ = TABLE[stem]
-    with runtime.simulate("t4"):
-        report = check(notebooks.solution(stem, name))
+    with simulation.simulate("t4"):
+        report = NOTEBOOKS[stem].check(notebooks.solution(stem, NOTEBOOKS[stem].function))
     report.assert_passed()
     skipped = [row for row in report.rows if row.skipped]
     assert skipped and all("bfloat16" in row.case and "sm_75" in row.detail for row in skipped)
@@ -39,7 +38,7 @@ def test_reference_solution_passes_on_a_t4_with_bf16_cases_skipped(stem):
 
 
 def test_a_planted_mistake_still_fails_on_a_t4():
-    with runtime.simulate("t4"):
+    with simulation.simulate("t4"):
         report = exercise.check_fused_add_rms_norm(test_ch03.fused_add_normalizes_unrounded_h)
     assert not report.passed
 

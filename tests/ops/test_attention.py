@@ -23,6 +23,7 @@ import tritonforge as tfg
 from tritonforge import runtime
 from tritonforge._triton import triton
 from tritonforge.ops import attention as attention_module
+from tritonforge.ops import attention_decode, attention_prefill
 from tritonforge.ops.attention import flash_attention, last_plan, plan
 from tritonforge.reference import flash_attention_bwd_ref, flash_attention_ref
 
@@ -42,7 +43,8 @@ DECODE = [(2, 8, 2, 1, 77, 32), (1, 4, 4, 5, 100, 64), (2, 6, 3, 16, 40, 16), (1
 @pytest.fixture(autouse=True)
 def _seed_and_poison(monkeypatch):
     torch.manual_seed(0)
-    monkeypatch.setattr(attention_module, "_empty", nan_empty)
+    monkeypatch.setattr(attention_prefill, "_empty", nan_empty)
+    monkeypatch.setattr(attention_decode, "_empty", nan_empty)
 
 
 def _inputs(B, Hq, Hkv, Nq, Nk, D, dtype=torch.float32, device="cpu", scale=1.0):
@@ -98,7 +100,7 @@ def _check(q, k, v, causal, expected_strategy=None, sm_scale=None):
 def test_matches_reference(shape, causal, dtype, device):
     _skip_unsupported(dtype, device)
     _skip_fp64_without_dot(dtype, device)
-    expected = "decode" if shape[3] <= attention_module.DECODE_MAX_QUERIES else "prefill"
+    expected = "decode" if shape[3] <= attention_decode.DECODE_MAX_QUERIES else "prefill"
     _check(*_inputs(*shape, dtype=dtype, device=device), causal, expected)
 
 
@@ -125,7 +127,7 @@ def test_decode_merges_many_splits(monkeypatch, device):
         monkeypatch.setattr(attention_module, "INTERPRETER_SMS", 64)
     q, k, v = _inputs(1, 4, 2, 9, 150, 32, device=device)
     _check(q, k, v, True, "decode")
-    assert device == "cuda" or last_plan().splits == math.ceil(150 / attention_module.INTERPRETER_BLOCK)
+    assert device == "cuda" or last_plan().splits == math.ceil(150 / attention_prefill.INTERPRETER_BLOCK)
 
 
 def test_layouts_read_in_place(device):
@@ -151,11 +153,11 @@ def test_plan():
     assert plan((1, 32, 17, 128), (1, 8, 4096, 128), torch.bfloat16, cpu).strategy == "prefill"  # 17 queries
     assert plan((1, 64, 16, 128), (1, 1, 4096, 128), torch.bfloat16, cpu).strategy == "prefill"  # 1024 rows per KV head
     h200 = attention_module._plan_cached(4, 32, 4096, 128, 8, 4096, 2, 232448, 132)
-    assert (h200.block_m, h200.block_n) == attention_module.PREFILL_TILES[0][:2]
+    assert (h200.block_m, h200.block_n) == attention_prefill.PREFILL_TILES[0][:2]
     t4 = attention_module._plan_cached(4, 32, 4096, 128, 8, 4096, 2, 65536, 40)
-    assert attention_module._tile_bytes(t4.block_m, t4.block_n, 128, t4.num_stages, 2) <= 65536
+    assert attention_prefill._tile_bytes(t4.block_m, t4.block_n, 128, t4.num_stages, 2) <= 65536
     decode = attention_module._plan_cached(1, 32, 1, 128, 8, 32768, 2, 232448, 132)
-    assert decode.splits * 8 <= 132 < decode.splits * 8 / 0.95 and decode.splits <= attention_module.MAX_SPLITS  # one full wave
+    assert decode.splits * 8 <= 132 < decode.splits * 8 / 0.95 and decode.splits <= attention_decode.MAX_SPLITS  # one full wave
     assert (decode.splits - 1) * decode.chunk < 32768 <= decode.splits * decode.chunk  # no empty split
     assert attention_module._plan_cached(32, 32, 1, 128, 8, 32768, 2, 232448, 132).splits == 1  # 256 heads: one split
     # Key blocks of 128 for chunks of >= 512 keys where 3 stages fit (H200); 64 on a T4 or for short chunks.
@@ -169,8 +171,8 @@ def test_plan():
             p = attention_module._plan_cached(b, 32, 1, 128, 8, nk, 2, 232448, 132)
             assert p.chunk % p.block_n == 0 and (p.splits - 1) * p.chunk < nk <= p.splits * p.chunk, (b, nk, p)
     for heads in range(1, 140):  # whole waves: the busiest SM sets a memory-bound kernel's time
-        splits, chunk = attention_module._decode_splits(heads, 512, 132)
-        assert (splits - 1) * chunk < 512 <= splits * chunk and splits <= attention_module.MAX_SPLITS
+        splits, chunk = attention_decode._decode_splits(heads, 512, 132)
+        assert (splits - 1) * chunk < 512 <= splits * chunk and splits <= attention_decode.MAX_SPLITS
         programs = splits * heads
         assert splits == 1 if heads >= 132 else programs / (132 * -(-programs // 132)) >= 0.9, heads
 
@@ -251,7 +253,7 @@ def test_kv_lens_reads_only_the_filled_keys(shape, causal, monkeypatch, device):
     with tfg.strict():
         o, lse = flash_attention(q, k, v, causal=causal, return_lse=True, kv_lens=lens)
         o64 = flash_attention(q, k, v, causal=causal, kv_lens=lens.long())  # int64 lengths too
-    assert last_plan().strategy == ("decode" if Nq <= attention_module.DECODE_MAX_QUERIES else "prefill")
+    assert last_plan().strategy == ("decode" if Nq <= attention_decode.DECODE_MAX_QUERIES else "prefill")
     assert last_plan().strategy != "decode" or device == "cuda" or last_plan().splits > 1
     expected, expected_lse = _sliced_oracle(q, k, v, causal, lens)
     assert not o.isnan().any()

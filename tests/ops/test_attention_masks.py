@@ -16,6 +16,7 @@ import torch
 
 import tritonforge as tfg
 from tritonforge.ops import attention as attention_module
+from tritonforge.ops import attention_decode, attention_prefill
 from tritonforge.ops.attention import flash_attention, last_plan, mask_ids
 from tritonforge.reference import flash_attention_ref
 
@@ -25,7 +26,8 @@ from ..helpers import nan_empty
 @pytest.fixture(autouse=True)
 def _seed_and_poison(monkeypatch):
     torch.manual_seed(0)
-    monkeypatch.setattr(attention_module, "_empty", nan_empty)
+    monkeypatch.setattr(attention_prefill, "_empty", nan_empty)
+    monkeypatch.setattr(attention_decode, "_empty", nan_empty)
 
 
 def _visible(B, Nq, Nk, causal, kv_lens=None, key_padding_mask=None, segment_ids=None):
@@ -105,7 +107,7 @@ def test_key_padding_mask(shape, causal, kind, monkeypatch, device):
     with tfg.strict():
         o, lse = flash_attention(q, k, v, causal=causal, return_lse=True, key_padding_mask=mask.to(device))
     assert tfg.last_path("flash_attention") != "torch"
-    assert last_plan().strategy == ("decode" if Nq <= attention_module.DECODE_MAX_QUERIES else "prefill")
+    assert last_plan().strategy == ("decode" if Nq <= attention_decode.DECODE_MAX_QUERIES else "prefill")
     assert not o.isnan().any()
     torch.testing.assert_close(o.double(), expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lse.double(), expected_lse, rtol=1e-5, atol=1e-5)

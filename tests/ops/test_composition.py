@@ -22,8 +22,8 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import tritonforge as tfg
-from tritonforge import reference, runtime
-from tritonforge.ops import rmsnorm as rms_norm_module
+from tritonforge import hardware, reference, runtime
+from tritonforge.ops import rmsnorm_backward as rms_norm_backward_module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,7 +276,7 @@ def test_outputs_own_their_storage(op, shape, device):
 def test_rms_norm_fp32_weight_promotes_like_hugging_face(dtype, device):
     """A 16-bit activation with an fp32 weight (torch.autocast training, HF fp32 norms): the
     output is float32, ``weight * normalized.to(x.dtype)``; gradients in each input's dtype."""
-    if dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(device)):
+    if dtype == torch.bfloat16 and not hardware.supports_bf16(torch.device(device)):
         pytest.skip("bfloat16 kernels need compute capability >= 8.0")
     x = torch.randn(9, 130, dtype=dtype, device=device)
     w = 1 + 0.5 * torch.randn(130, device=device)
@@ -327,7 +327,7 @@ def _broken_backward(*args, **kwargs):
 
 def test_backward_kernel_failure_falls_back_with_a_warning(device, monkeypatch):
     x, w = _rms_inputs(torch.float64, device)
-    monkeypatch.setattr(rms_norm_module, "rms_norm_bwd", _broken_backward)
+    monkeypatch.setattr(rms_norm_backward_module, "rms_norm_bwd", _broken_backward)
     leaves = [x.clone().requires_grad_(), w.clone().requires_grad_()]
     with tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="rms_norm_backward.*kernel-error"):
         tfg.rms_norm(*leaves, 1e-5).pow(2).sum().backward()
@@ -341,7 +341,7 @@ def test_backward_kernel_failure_falls_back_with_a_warning(device, monkeypatch):
 
 def test_backward_kernel_failure_raises_under_strict(device, monkeypatch):
     x, w = _rms_inputs(torch.float32, device)
-    monkeypatch.setattr(rms_norm_module, "rms_norm_bwd", _broken_backward)
+    monkeypatch.setattr(rms_norm_backward_module, "rms_norm_bwd", _broken_backward)
     leaves = [x.clone().requires_grad_(), w.clone().requires_grad_()]
     with pytest.raises(tfg.FallbackError, match="rms_norm_backward.*kernel-error") as info:
         tfg.rms_norm(*leaves).sum().backward()

@@ -12,9 +12,12 @@ import math
 import pytest
 import torch
 
-from tritonforge import runtime
+from tritonforge import hardware, runtime
 from tritonforge.ops import rmsnorm as rms_norm_module
-from tritonforge.ops.rmsnorm import rms_norm, rms_norm_bwd, rms_norm_fwd
+from tritonforge.ops import rmsnorm_backward as rms_norm_backward_module
+from tritonforge.ops.gpu import rmsnorm as gpu_rmsnorm
+from tritonforge.ops.rmsnorm import rms_norm, rms_norm_fwd
+from tritonforge.ops.rmsnorm_backward import rms_norm_bwd
 from tritonforge.reference import rms_norm_ref
 
 from ..helpers import assert_within_budget
@@ -33,10 +36,11 @@ def _poison_outputs(monkeypatch):
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
 
     monkeypatch.setattr(rms_norm_module, "_empty", nan_empty)
+    monkeypatch.setattr(rms_norm_backward_module, "_empty", nan_empty)
 
 
 def _skip_unsupported(dtype: torch.dtype, device: str) -> None:
-    if dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(device)):
+    if dtype == torch.bfloat16 and not hardware.supports_bf16(torch.device(device)):
         pytest.skip("bfloat16 kernels need compute capability >= 8.0")
 
 
@@ -332,8 +336,8 @@ def test_poisoning_catches_unwritten_rows(device, monkeypatch):
     """The NaN fixture really works: a backward grid one program short leaves rows of dx unset."""
     x, weight = _inputs((16, 32), torch.float32, device)
     y, rstd = rms_norm_fwd(x, weight, 1e-6)
-    programs, rows = rms_norm_module.bwd_grid(16, x.device)
-    monkeypatch.setattr(rms_norm_module, "bwd_grid", lambda M, dev, per_sm=1: (programs - 1, rows))
+    programs, rows = rms_norm_backward_module.bwd_grid(16, x.device)
+    monkeypatch.setattr(rms_norm_backward_module, "bwd_grid", lambda M, dev, per_sm=1: (programs - 1, rows))
     dx, _ = rms_norm_bwd(torch.randn_like(x), x, weight, rstd, compute_dweight=False)
     assert torch.isnan(dx[-rows:]).all() and not torch.isnan(dx[:-rows]).any()
 
@@ -378,18 +382,18 @@ def test_row_config(N):
 
 @pytest.mark.parametrize("M", [1, 7, 8, 37, 1000])
 def test_bwd_grid_covers_every_row_once(M, monkeypatch):
-    programs, rows = rms_norm_module.bwd_grid(M, torch.device("cpu"))
+    programs, rows = rms_norm_backward_module.bwd_grid(M, torch.device("cpu"))
     assert programs * rows >= M > (programs - 1) * rows  # the last program has >= 1 row
-    monkeypatch.setattr(runtime, "interpreting", lambda: False)  # the GPU sizing, any SM count
-    monkeypatch.setattr(runtime, "sm_count", lambda index: 132)
+    monkeypatch.setattr(hardware, "interpreting", lambda: False)  # the GPU sizing, any SM count
+    monkeypatch.setattr(hardware, "sm_count", lambda index: 132)
     for per_sm in (1, 2, 3):
-        programs, rows = rms_norm_module.bwd_grid(M, torch.device("cuda", 0), per_sm)
+        programs, rows = rms_norm_backward_module.bwd_grid(M, torch.device("cuda", 0), per_sm)
         assert programs * rows >= M > (programs - 1) * rows and programs <= 132 * per_sm
 
 
 def test_bwd_programs_per_sm_follows_the_measured_rule():
     """Two programs per SM for row blocks of 8 KB, three below, one from 16 KB on or unpipelined."""
-    per_sm = rms_norm_module.bwd_programs_per_sm
+    per_sm = rms_norm_backward_module.bwd_programs_per_sm
     assert [per_sm(kb * 1024, 3) for kb in (2, 4, 8, 12, 16, 32)] == [3, 3, 2, 2, 1, 1]
     assert per_sm(4096, 1) == 1
 
@@ -477,10 +481,11 @@ def test_gpu_backward_large(shape, dtype):
      ((40, 20000), torch.float64), ((72, 49152), torch.bfloat16)],  # the last: three whole chunks, unmasked
     ids=str,
 )  # fmt: skip
-def test_gpu_cooperative_rows(shape, dtype):
+def test_gpu_cooperative_rows(shape, dtype, coop_launch):
     """Rows longer than a block, held by several programs that meet at a per-row barrier (a row
-    count of chunks that is not a power of two included): y, the saved rstd and the gradients
-    that use it, and a row strided inside a wider tensor."""
+    count of chunks that is not a power of two included), under either launch (a cooperative one
+    loops each program over rows): y, the saved rstd and the gradients that use it, and a row
+    strided inside a wider tensor."""
     _skip_unsupported(dtype, "cuda")
     x, weight = _inputs(shape, dtype, "cuda")
     assert rms_norm_module.fwd_coop_splits(*x.shape, dtype, x.device) > 1
@@ -497,8 +502,8 @@ def test_cooperative_path_only_for_rows_past_a_block(monkeypatch):
     planned path, the measured two-pass exceptions of 4096-wide rows included (16-bit blocks of
     2048 once took a one-chunk "cooperative" program behind a barrier of one), and a row of one
     chunk is never cooperative (plans as on an H200: 132 SMs, compiled kernels)."""
-    monkeypatch.setattr(runtime, "gpu_sm_count", lambda device: 132)
-    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    monkeypatch.setattr(hardware, "gpu_sm_count", lambda device: 132)
+    monkeypatch.setattr(hardware, "interpreting", lambda: False)
     rms_norm_module._row_config_cached.cache_clear()
     try:
         for dtype in (torch.bfloat16, torch.float16, torch.float32):
@@ -507,10 +512,10 @@ def test_cooperative_path_only_for_rows_past_a_block(monkeypatch):
         assert rms_norm_module.fwd_coop_splits(4096, 65536, torch.bfloat16, torch.device("cuda")) > 1
     finally:
         rms_norm_module._row_config_cached.cache_clear()
-    from tritonforge.kernel_utils import coop_splits
+    from tritonforge.ops.gpu.coop import coop_splits
     # masks dropped only where measured to pay: bf16 rows of whole chunks
-    assert rms_norm_module.fwd_coop_unmasked(torch.bfloat16, 65536) and rms_norm_module.fwd_coop_unmasked(torch.bfloat16, 49152)
-    assert not rms_norm_module.fwd_coop_unmasked(torch.bfloat16, 40001) and not rms_norm_module.fwd_coop_unmasked(torch.float32, 65536)
+    assert gpu_rmsnorm.unmasked(torch.bfloat16, 65536) and gpu_rmsnorm.unmasked(torch.bfloat16, 49152)
+    assert not gpu_rmsnorm.unmasked(torch.bfloat16, 40001) and not gpu_rmsnorm.unmasked(torch.float32, 65536)
 
     assert coop_splits(4096, 8192, torch.bfloat16, 132) == 0  # one chunk
     assert coop_splits(4096, 8193, torch.bfloat16, 132) == 2
@@ -530,16 +535,16 @@ def test_backward_configurations_fit_the_device(name, monkeypatch):
     per block (read from the driver, never inferred from the capability): each row length from
     1 to 2**17 in every dtype. Pipelining needs cp.async (sm_80+), so the T4 never pipelines."""
     capability, shared = SIMULATED_DEVICES[name]
-    monkeypatch.setattr(runtime, "interpreting", lambda: False)
-    monkeypatch.setattr(runtime, "device_capability", lambda device: capability)
-    monkeypatch.setattr(runtime, "shared_memory_per_block", lambda device: shared)
+    monkeypatch.setattr(hardware, "interpreting", lambda: False)
+    monkeypatch.setattr(hardware, "device_capability", lambda device: capability)
+    monkeypatch.setattr(hardware, "shared_memory_per_block", lambda device: shared)
     cuda = torch.device("cuda", 0)
     pipelined = set()
     for N in [2**k for k in range(18)] + [781, 3000, 5000]:
         for dtype in DTYPES:
             block_n, _ = rms_norm_module.row_config(N, dtype, backward=True)
-            stages = rms_norm_module.bwd_stages(block_n, dtype, cuda) if N <= block_n else 1
-            assert rms_norm_module.bwd_shared_bytes(block_n, dtype.itemsize, stages) <= shared, (N, dtype, stages)
+            stages = rms_norm_backward_module.bwd_stages(block_n, dtype, cuda) if N <= block_n else 1
+            assert rms_norm_backward_module.bwd_shared_bytes(block_n, dtype.itemsize, stages) <= shared, (N, dtype, stages)
             if stages > 1:
                 pipelined.add(stages)
     assert pipelined == ({3} if name in ("A10/L4", "A100", "H100/H200") else set())
@@ -548,17 +553,17 @@ def test_backward_configurations_fit_the_device(name, monkeypatch):
 def test_backward_pipelines_only_where_it_fits(monkeypatch):
     """3 stages for row blocks up to 16 KB where 96 KB of buffers fit; 2 where only they fit;
     never for long rows or off the compiled path."""
-    monkeypatch.setattr(runtime, "interpreting", lambda: False)
+    monkeypatch.setattr(hardware, "interpreting", lambda: False)
     cuda = torch.device("cuda", 0)
-    monkeypatch.setattr(runtime, "device_capability", lambda device: (9, 0))
-    monkeypatch.setattr(runtime, "shared_memory_per_block", lambda device: 227 * 1024)
-    stages = rms_norm_module.bwd_stages
+    monkeypatch.setattr(hardware, "device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(hardware, "shared_memory_per_block", lambda device: 227 * 1024)
+    stages = rms_norm_backward_module.bwd_stages
     assert stages(8192, torch.bfloat16, cuda) == 3 and stages(4096, torch.float32, cuda) == 3
     assert stages(8192, torch.float32, cuda) == 1 and stages(16384, torch.float16, cuda) == 1
     assert stages(8192, torch.bfloat16, torch.device("cpu")) == 1
-    monkeypatch.setattr(runtime, "shared_memory_per_block", lambda device: 80 * 1024)  # a smaller part
+    monkeypatch.setattr(hardware, "shared_memory_per_block", lambda device: 80 * 1024)  # a smaller part
     assert stages(8192, torch.bfloat16, cuda) == 2 and stages(2048, torch.bfloat16, cuda) == 3
-    monkeypatch.setattr(runtime, "device_capability", lambda device: (7, 5))
+    monkeypatch.setattr(hardware, "device_capability", lambda device: (7, 5))
     assert stages(1024, torch.float16, cuda) == 1
 
 
@@ -567,15 +572,15 @@ def test_backward_pipelines_only_where_it_fits(monkeypatch):
 def test_gpu_backward_shared_memory_estimate_bounds_the_compiled_kernel(N, dtype):
     """bwd_shared_bytes is an upper bound of what Triton really allocates (the compiled kernel's
     metadata), so a configuration that fits by the estimate fits on the device."""
-    kernel = rms_norm_module._rms_norm_bwd_kernel
+    kernel = rms_norm_backward_module._rms_norm_bwd_kernel
     kernel.device_caches.clear()  # only this test's compilation is inspected below
     x, weight = _inputs((4096, N), dtype, "cuda", requires_grad=True)
     rms_norm(x, weight).sum().backward()
     block_n, _ = rms_norm_module.row_config(N, dtype, backward=True)
-    stages = rms_norm_module.bwd_stages(block_n, dtype, x.device)
+    stages = rms_norm_backward_module.bwd_stages(block_n, dtype, x.device)
     used = [compiled.metadata.shared for cache in kernel.device_caches.values() for compiled in cache[0].values()]
     assert len(used) == 1 and stages > 1
-    assert used[0] <= rms_norm_module.bwd_shared_bytes(block_n, dtype.itemsize, stages), (used, stages)
+    assert used[0] <= rms_norm_backward_module.bwd_shared_bytes(block_n, dtype.itemsize, stages), (used, stages)
 
 
 @pytest.mark.gpu

@@ -151,3 +151,24 @@ def test_gpu_llama_sizes_and_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, tfg.rope(x, cos, sin), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_hugging_face_batched_tables(rows, device):
+    """Hugging Face's rotary embedding returns ``cos``/``sin`` of ``[B, N, D]`` (one row of positions per
+    batch row, different under left padding) or ``[1, N, D]``: ``tfg.rope`` takes them as
+    ``apply_rotary_pos_emb`` does, and differentiates x through them (float64 gradcheck)."""
+    B, H, N, D = 3, 2, 9, 16
+    x = torch.randn(B, H, N, D, device=device, dtype=torch.float64, requires_grad=True)
+    starts = torch.tensor([0, 5, 2][:rows])
+    cos, sin = (torch.stack(t) for t in zip(*[_tables(N, D, torch.float64, device, start=int(s)) for s in starts]))
+    with tfg.strict():
+        got = tfg.rope(x, cos, sin)
+        assert tfg.last_path("rope_qk") in ("triton", "interpreter")  # served by rope_qk's kernel
+        expected = rope_ref(x, cos[:, None], sin[:, None])
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+        assert torch.autograd.gradcheck(lambda t: tfg.rope(t, cos, sin), (x,), fast_mode=True)
+    with pytest.raises(ValueError, match="cos must have shape"):
+        tfg.rope(x, cos[:, :4], sin[:, :4])  # N unlike x's
+    with pytest.raises(ValueError, match="sin"):
+        tfg.rope(x, cos, sin[0])  # one table per batch row and one for all

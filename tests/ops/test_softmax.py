@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import tritonforge as tfg
-from tritonforge import runtime
 from tritonforge.ops import softmax as softmax_module
+from tritonforge.ops import softmax_backward
+from tritonforge.ops.gpu import softmax as gpu_softmax
 from tritonforge.ops.softmax import plan, softmax
 from tritonforge.reference import softmax_bwd_ref, softmax_ref
 
@@ -145,16 +146,16 @@ def test_plan(monkeypatch):
 def test_cooperative_plan_keeps_a_row_within_the_gpu():
     """The cooperative path (GPU only) holds a row in cdiv(N, 8192) programs that wait for each
     other: never more than the SM count (so they fit at once), and only with enough rows."""
-    sm90 = dict(dtype=torch.float32, sms=132, fit=32768, loop_block=4096, max_splits=64, cooperative=True)
+    sm90 = dict(dtype=torch.float32, sms=132, fit=32768, loop_block=4096, max_splits=64, on_gpu=True)
     assert softmax_module._plan_cached(4096, 131072, **sm90) == softmax_module.Plan("cooperative", 8192, 4, 16, 8192)
     assert softmax_module._plan_cached(4096, 131072, **sm90, backward=True) == softmax_module.Plan("cooperative", 8192, 8, 16, 8192)
-    assert softmax_module._plan_cached(4096, 131072, **{**sm90, "cooperative": False}).strategy == "online"
+    assert softmax_module._plan_cached(4096, 131072, **{**sm90, "on_gpu": False}).strategy == "online"
     assert softmax_module._plan_cached(8, 131072, **sm90).strategy == "split"  # 128 programs < 132 SMs
     assert softmax_module._plan_cached(4096, 40 * 8192, **{**sm90, "sms": 40}).strategy == "cooperative"  # a T4
     assert softmax_module._plan_cached(4096, 41 * 8192, **{**sm90, "sms": 40}).strategy == "online"
     # masks dropped only where measured to pay: float32 rows of whole chunks
-    assert softmax_module.coop_unmasked(torch.float32, 131072, 8192) and not softmax_module.coop_unmasked(torch.float32, 131073, 8192)
-    assert not softmax_module.coop_unmasked(torch.bfloat16, 131072, 8192)
+    assert gpu_softmax.coop_unmasked(torch.float32, 131072, 8192) and not gpu_softmax.coop_unmasked(torch.float32, 131073, 8192)
+    assert not gpu_softmax.coop_unmasked(torch.bfloat16, 131072, 8192)
 
 
 def _check_nan_rows(dtype, device):
@@ -170,30 +171,22 @@ def _check_nan_rows(dtype, device):
     assert torch.allclose(y.double()[ok], expected[ok], rtol=0, atol=4 * torch.finfo(dtype).eps)
 
 
-def test_pipelined_plan_only_where_its_rows_fit_shared_memory():
-    """One pass by persistent programs with 3 rows in flight: blocks of 32K elements whose 3 stages
-    fit the device's shared memory (H200: bf16/fp16 rows of 16K-32K); not narrower rows (measured
-    slower: bf16 and float32 rows of 16K), not float32 rows of 32K (384 KB), not a T4 (64 KB), not
-    the interpreter (no shared memory); and only where the rows are too few for the cooperative
-    path (test_short_rows_cooperative_plan)."""
-    h200 = dict(sms=132, fit=32768, loop_block=4096, max_splits=64, cooperative=True, shared=232448)
-    pipelined = softmax_module.Plan("one-pass", 32768, 16, stages=softmax_module.PIPELINE_STAGES)
-    assert softmax_module._plan_cached(16, 32768, torch.bfloat16, **h200) == pipelined  # too few rows to be cooperative
-    assert softmax_module._plan_cached(3, 20001, torch.float16, **h200) == pipelined
-    assert softmax_module._plan_cached(16384, 16384, torch.bfloat16, **h200).stages == 1
-    assert softmax_module._plan_cached(16384, 32768, torch.float32, **h200).stages == 1
-    assert softmax_module._plan_cached(16384, 16384, torch.float32, **h200).stages == 1
-    assert softmax_module._plan_cached(16384, 32768, torch.float16, **{**h200, "sms": 40, "shared": 65536}).stages == 1
-    assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **{**h200, "cooperative": False, "shared": None}).stages == 1
-    assert plan(16384, 32768, torch.bfloat16, torch.device("cpu")).stages == 1
+def test_no_pipelined_plan():
+    """The pipelined one-pass kernel is retired: the plan reached it only for fewer 16-bit rows of
+    16K-32K than the GPU has SMs (more go cooperative), so each persistent program walked one row and
+    nothing was pipelined. Those rows now take a program each, as they do everywhere else."""
+    h200 = dict(sms=132, fit=32768, loop_block=4096, max_splits=64, on_gpu=True)
+    assert softmax_module._plan_cached(16, 32768, torch.bfloat16, **h200) == softmax_module.Plan("one-pass", 32768, 16)
+    assert softmax_module._plan_cached(3, 20001, torch.float16, **h200) == softmax_module.Plan("one-pass", 32768, 16)
+    assert "stages" not in softmax_module.Plan._fields
 
 
 def test_short_rows_cooperative_plan():
     """The forward's rows of 16K-32K elements (one block of ROW_FIT_LIMIT) on a GPU: cooperative in
     chunks of 4096 (16-bit at any row count that fills the GPU; float32 below 32 rows an SM), not
     rows of 16K or less, not the backward, not float64, not too few rows."""
-    h200 = dict(sms=132, fit=32768, loop_block=4096, max_splits=64, cooperative=True, shared=232448)
-    chunk = softmax_module.SHORT_COOP_CHUNK
+    h200 = dict(sms=132, fit=32768, loop_block=4096, max_splits=64, on_gpu=True)
+    chunk = gpu_softmax.SHORT_COOP_CHUNK
     assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **h200) == softmax_module.Plan("cooperative", chunk, 4, 8, chunk)
     assert softmax_module._plan_cached(2048, 20001, torch.float16, **h200) == softmax_module.Plan("cooperative", chunk, 4, 5, chunk)
     assert softmax_module._plan_cached(4096, 32768, torch.float32, **h200).strategy == "cooperative"
@@ -203,46 +196,23 @@ def test_short_rows_cooperative_plan():
     assert softmax_module._plan_cached(16384, 16384, torch.bfloat16, **h200).strategy == "one-pass"
     assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **h200, backward=True).strategy == "one-pass"
     assert softmax_module._plan_cached(100, 16384, torch.float64, **h200).strategy == "one-pass"
-    assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **{**h200, "cooperative": False, "shared": None}).strategy == "one-pass"
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=_name)
-def test_pipelined_kernel(monkeypatch, dtype, device):
-    """The persistent kernel at any size (its plan forced): programs that take several rows each
-    (7 and 300 rows over at most INTERPRETER_SMS or the GPU's SMs), masked tails, a strided row, and
-    the rows torch.softmax gives NaN for."""
-    _skip_unsupported(dtype, device)
-    real_plan = softmax_module.plan
-
-    def forced(M, N, dtype, device, backward=False):
-        p = real_plan(M, N, dtype, device, backward)
-        width = 1 << (N - 1).bit_length()  # next power of two
-        if backward or width > softmax_module.ROW_FIT_LIMIT:
-            return p
-        return softmax_module.Plan("one-pass", width, softmax_module._warps(width), stages=softmax_module.PIPELINE_STAGES)
-
-    monkeypatch.setattr(softmax_module, "plan", forced)
-    for M, N in [(7, 37), (300, 100)] if device == "cpu" else [(7, 37), (300, 1000), (1000, 65536 // dtype.itemsize)]:  # 3 x 64 KB
-        _check(torch.randn(M, N, dtype=dtype, device=device) * 3)
-        _check(torch.randn(M, N + 9, dtype=dtype, device=device)[:, :N])
-    _check_nan_rows(dtype, device)
+    assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **{**h200, "on_gpu": False}).strategy == "one-pass"
 
 
 def test_rows_per_program_plan_only_for_short_16_bit_rows_on_a_gpu():
     """Two whole rows a program for 16-bit rows of 512-2K on a GPU (measured faster there), with
     2 warps per 1K of a row; not float32 (measured no faster), not rows outside the range, not the
     interpreter; and the backward of such a call keeps a program per row."""
-    h200 = dict(sms=132, fit=32768, loop_block=4096, max_splits=64, cooperative=True, shared=232448)
-    rows = softmax_module.ROWS_PER_PROGRAM
+    h200 = dict(sms=132, fit=32768, loop_block=4096, max_splits=64, on_gpu=True)
+    rows = gpu_softmax.ROWS_PER_PROGRAM
     assert softmax_module._plan_cached(16384, 1024, torch.bfloat16, **h200) == softmax_module.Plan("one-pass", 1024, 2, rows=rows)
     assert softmax_module._plan_cached(16384, 512, torch.float16, **h200) == softmax_module.Plan("one-pass", 512, 2, rows=rows)
     assert softmax_module._plan_cached(5, 1500, torch.bfloat16, **h200) == softmax_module.Plan("one-pass", 2048, 4, rows=rows)
     for M, N, dtype in [(16384, 1024, torch.float32), (16384, 256, torch.bfloat16), (16384, 4096, torch.bfloat16)]:
         assert softmax_module._plan_cached(M, N, dtype, **h200).rows == 1, (M, N, dtype)
-    assert softmax_module._plan_cached(16384, 1024, torch.bfloat16, **{**h200, "cooperative": False, "shared": None}).rows == 1
+    assert softmax_module._plan_cached(16384, 1024, torch.bfloat16, **{**h200, "on_gpu": False}).rows == 1
     assert plan(16384, 1024, torch.bfloat16, torch.device("cpu")).rows == 1
     assert softmax_module._plan_cached(16384, 1024, torch.bfloat16, **h200, backward=True) == softmax_module.Plan("one-pass", 1024, 4)
-    assert softmax_module._plan_cached(16384, 32768, torch.bfloat16, **h200, backward=True).stages == 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=_name)
@@ -327,9 +297,8 @@ def test_gpu_each_strategy_is_reached():
     assert plan(64, 131072, torch.float32, device).strategy == "cooperative"
     assert plan(1, 131072, torch.bfloat16, device).strategy == "split"
     assert plan(4096, 2_000_000, torch.float32, device).strategy == "online"  # over COOP_MAX_SPLITS chunks
-    if softmax_module.pipelines_rows(32768, torch.bfloat16, runtime.shared_memory_per_block(device)):  # an H100/H200
-        assert plan(16, 32768, torch.bfloat16, device).stages == softmax_module.PIPELINE_STAGES
-    assert plan(16384, 32768, torch.bfloat16, device).chunk == softmax_module.SHORT_COOP_CHUNK
+    assert plan(16384, 1024, torch.bfloat16, device).rows == gpu_softmax.ROWS_PER_PROGRAM
+    assert plan(16384, 32768, torch.bfloat16, device).chunk == gpu_softmax.SHORT_COOP_CHUNK
 
 
 @pytest.mark.gpu
@@ -337,9 +306,10 @@ def test_gpu_each_strategy_is_reached():
                                          ((64, 131072), torch.float16), ((40, 20000), torch.float64),
                                          ((96, 65538), torch.bfloat16), ((72, 49152), torch.float32),
                                          ((300, 20001), torch.float16), ((100, 32768), torch.float32)], ids=str)  # fmt: skip
-def test_gpu_cooperative_rows(shape, dtype):
+def test_gpu_cooperative_rows(shape, dtype, coop_launch):
     """Rows held by several programs that meet at a per-row barrier (chunk counts that are not a
-    power of two included): y and dx within budget, a row strided inside a wider tensor, and
+    power of two included), under either launch (a cooperative one loops each program over rows):
+    y and dx within budget, a row strided inside a wider tensor, and
     the rows PyTorch gives NaN or zeros for: all -inf, a whole chunk of -inf, a NaN, and a whole
     chunk of -inf in a row whose max is far below 0 (the empty chunk's factor exp(0 - m_row) would
     overflow to inf, and 0 * inf is NaN)."""
@@ -360,10 +330,34 @@ def test_gpu_cooperative_rows(shape, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape,dtype", [((300, 40001), torch.bfloat16), ((4096, 131072), torch.float32)], ids=str)
+def test_gpu_cooperative_rows_in_a_cuda_graph(shape, dtype, coop_launch):
+    """A cooperative row's launch (forward and backward) captured in a CUDA graph and replayed on
+    new inputs: the answer follows the inputs (the grid and its per-launch zeroed words are part of
+    the graph)."""
+    x = torch.randn(shape, dtype=dtype, device="cuda") * 3
+    dy = torch.randn_like(x)
+    assert plan(*shape, dtype, x.device).strategy == "cooperative"
+    softmax(x)  # compiled and remembered before the capture
+    softmax_backward.softmax_bwd(dy, softmax(x))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = softmax(x)
+        dx = softmax_backward.softmax_bwd(dy, y)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x) * 3)
+        dy.copy_(torch.randn_like(dy))
+        graph.replay()
+        assert torch.allclose(y.double(), torch.softmax(x.double(), -1), rtol=0, atol=4 * torch.finfo(dtype).eps), "y"
+        expected_dx = softmax_bwd_ref(dy, y, upcast=True)  # float64, from the kernel's own y
+        assert (dx.double() - expected_dx).abs().max() <= 8 * torch.finfo(dtype).eps * expected_dx.abs().max(), "dx"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(4, 1000), (4, 4096), (300, 40001), (5, 200000)], ids=str)
 def test_gpu_bf16_tiny_probabilities(shape):
     """A 16-bit softmax takes exp2 of (x - m) log2(e) (ex2.approx.ftz, kernel_utils.exp_shifted)
-    on every path but the pipelined one: a bf16 probability below 2^-126 (a bf16 subnormal, 1.2e-38)
+    on every path: a bf16 probability below 2^-126 (a bf16 subnormal, 1.2e-38)
     may come out 0, and nothing else changes: probabilities down to 2^-126 within two bf16 ulps of
     float64, one pass, cooperative and split rows alike."""
     x = torch.randn(shape, device="cuda") * 3
@@ -391,14 +385,14 @@ def test_gpu_packed_cooperative_backward_layouts():
     layouts = {"contiguous": (wide[:, :-2].contiguous(), True), "row stride 65540": (wide[:, :-2], True),
                "row stride 65539": (odd[:, :-1], False), "offset 1": (odd[:, 1:], False)}  # fmt: skip
     for name, (dy, packs) in layouts.items():
-        assert softmax_module.packs_bf16_rows(dy, y) == packs, name
+        assert gpu_softmax.packs_bf16_rows(dy, y) == packs, name
         with tfg.strict():
-            dx = softmax_module.softmax_bwd(dy, y)
+            dx = softmax_backward.softmax_bwd(dy, y)
         _check_dx(dx, dy, x, roundings=4)
     x_odd = torch.randn(96, 65537, dtype=torch.bfloat16, device="cuda") * 3
     dy = torch.randn_like(x_odd)
-    assert not softmax_module.packs_bf16_rows(dy, softmax(x_odd))
-    _check_dx(softmax_module.softmax_bwd(dy, softmax(x_odd)), dy, x_odd, roundings=4)
+    assert not gpu_softmax.packs_bf16_rows(dy, softmax(x_odd))
+    _check_dx(softmax_backward.softmax_bwd(dy, softmax(x_odd)), dy, x_odd, roundings=4)
 
 
 @pytest.mark.gpu

@@ -11,9 +11,11 @@ import pytest
 import torch
 
 import tritonforge as tfg
-from tritonforge import runtime
+from tritonforge import hardware
 from tritonforge.ops import swiglu as swiglu_module
-from tritonforge.ops.swiglu import swiglu, swiglu_bwd, swiglu_mlp_front
+from tritonforge.ops import swiglu_front as front_module
+from tritonforge.ops.swiglu import swiglu, swiglu_bwd
+from tritonforge.ops.swiglu_front import swiglu_mlp_front
 from tritonforge.reference import swiglu_bwd_ref, swiglu_mlp_front_ref, swiglu_ref
 
 from ..helpers import budget as _budget
@@ -29,6 +31,7 @@ HALF = [torch.float16, torch.bfloat16]
 def _seed_and_poison(monkeypatch):
     torch.manual_seed(0)
     monkeypatch.setattr(swiglu_module, "_empty", nan_empty)
+    monkeypatch.setattr(front_module, "_empty", nan_empty)
 
 
 def _check_forward(gate, up):
@@ -202,7 +205,7 @@ def test_no_autotuner_is_built_off_the_gpu(device):
         pytest.skip("on a GPU the first call builds the autotuner")
     swiglu(torch.randn(3, 70), torch.randn(3, 70))
     assert swiglu_module.elementwise_tuner.cache_info().currsize == 0
-    assert swiglu_module.front_tuner.cache_info().currsize == 0
+    assert front_module.front_tuner.cache_info().currsize == 0
 
 
 def test_interpreter_config_and_pruning():
@@ -288,7 +291,7 @@ SIMULATED = {"T4": 64 * 1024, "A10/L4": 99 * 1024, "A100": 163 * 1024, "H100/H20
 @pytest.mark.parametrize("block_m", [0, 16, 32, 64], ids=lambda b: f"block_m={b}")
 def test_front_configurations_fit_the_device(name, block_m):
     shared = SIMULATED[name]
-    configs = swiglu_module.front_configs(shared, block_m, 2)
+    configs = front_module.front_configs(shared, block_m, 2)
     assert configs, f"no configuration fits {name}"
     for c in configs:
         k = c.kwargs
@@ -296,11 +299,11 @@ def test_front_configurations_fit_the_device(name, block_m):
         if block_m:
             assert k["BLOCK_M"] == block_m
     if name == "T4":  # the H200's deepest pipelines do not fit there
-        assert len(configs) < len(swiglu_module.front_configs(SIMULATED["H100/H200"], block_m, 2))
+        assert len(configs) < len(front_module.front_configs(SIMULATED["H100/H200"], block_m, 2))
 
 
 def test_front_block_m():
-    assert [swiglu_module.front_block_m(m) for m in (1, 16, 17, 33, 64, 65, 4096)] == [16, 16, 32, 64, 64, 0, 0]
+    assert [front_module.front_block_m(m) for m in (1, 16, 17, 33, 64, 65, 4096)] == [16, 16, 32, 64, 64, 0, 0]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,12 +337,12 @@ def front_configs_narrowed(monkeypatch):
     """Each new (N, K, M class) key autotunes every configuration (16-19, a compile and a timing
     each): minutes for the shapes below. Their correctness does not depend on which configuration
     wins, so they tune over the first three; test_gpu_front_every_configuration checks them all."""
-    full = swiglu_module.front_configs
-    monkeypatch.setattr(swiglu_module, "front_configs", lambda *args: full(*args)[:3])
-    swiglu_module.front_tuner.cache_clear()
+    full = front_module.front_configs
+    monkeypatch.setattr(front_module, "front_configs", lambda *args: full(*args)[:3])
+    front_module.front_tuner.cache_clear()
     swiglu_module._CHOSEN.clear()
     yield
-    swiglu_module.front_tuner.cache_clear()
+    front_module.front_tuner.cache_clear()
     swiglu_module._CHOSEN.clear()
 
 
@@ -358,17 +361,17 @@ def test_gpu_front_every_configuration(m, monkeypatch):
     """Every configuration the device is offered, one at a time (a tuner of one configuration runs
     it without timing), on a shape with masked edges in M, N and K."""
     device = torch.device("cuda")
-    shared = runtime.shared_memory_per_block(device)
-    configs = swiglu_module.front_configs(shared, swiglu_module.front_block_m(m), 2)
+    shared = hardware.shared_memory_per_block(device)
+    configs = front_module.front_configs(shared, front_module.front_block_m(m), 2)
     inputs = _front_inputs(m, 1000, 333, torch.float16, "cuda")
     try:
         for config in configs:
-            monkeypatch.setattr(swiglu_module, "front_configs", lambda *args, config=config: (config,))
-            swiglu_module.front_tuner.cache_clear()
+            monkeypatch.setattr(front_module, "front_configs", lambda *args, config=config: (config,))
+            front_module.front_tuner.cache_clear()
             swiglu_module._CHOSEN.clear()
             _check_front(*inputs)
     finally:
-        swiglu_module.front_tuner.cache_clear()
+        front_module.front_tuner.cache_clear()
         swiglu_module._CHOSEN.clear()
 
 

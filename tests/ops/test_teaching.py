@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import tritonforge as tfg
+from tritonforge import hardware
 from tritonforge.ops import teaching
 from tritonforge.reference import add_ref, program_map_ref
 
@@ -49,7 +50,7 @@ def test_rounds_once(dtype, device):
     bit-equal to the truncated float32 sum, and (below) a real difference from rounding on these
     inputs, so the test would notice if the interpreter started rounding."""
     x, y = _randn((70, 90), dtype, device, 12), _randn((90, 70), dtype, device, 13).t()
-    if dtype == torch.bfloat16 and tfg.runtime.interpreting():
+    if dtype == torch.bfloat16 and hardware.interpreting():
         expected = _truncated_to_bf16(x.float() + y.float())
         assert not torch.equal(expected, add_ref(x, y)), "these inputs should tell truncation from rounding"
     else:

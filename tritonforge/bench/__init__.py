@@ -17,10 +17,12 @@ Modules, in the order they import one another:
 ``peers``       what a user would run instead: the HF Llama formula, ``F.rms_norm``,
                 ``torch.compile`` (fresh per shape; on a GPU also under CUDA graphs), Liger
 ``report``      the markdown tables
-``results``     the one results schema: rows, provenance, write, read (loudly), the recorded
-                results a chapter plots (:func:`load_results`, :func:`results_for_chapter`)
+``results``     the one results schema: rows, provenance, write, read (loudly), the newest
+                recorded results of a suite (:func:`load_results`); it imports no suite
 ``suites``      the ceilings, :class:`OpSpec` per op (``axpy``, ``rmsnorm``, ``rmsnorm-bwd``),
                 :func:`run_op_suite` that runs any spec, the eager-RMSNorm profile, :func:`run_suite`
+``book``        what a chapter plots, :func:`results_for_chapter`: a live quick run on a GPU (or
+                a simulated one), the record otherwise
 ``cli``         ``python -m tritonforge.bench {ceilings,axpy,rmsnorm,rmsnorm-bwd,
                 profile-eager-rmsnorm,all,show}``
 ==============  ================================================================================
@@ -93,7 +95,6 @@ from tritonforge.bench.results import (
     read_record,
     read_results,
     results_directory,
-    results_for_chapter,
     validate_results,
     write_results,
 )
@@ -118,5 +119,6 @@ from tritonforge.bench.suites import (
     run_suite,
     summarize_kernels,
 )
+from tritonforge.bench.book import results_for_chapter
 from tritonforge.bench.cli import main, parse_dtypes, parse_shapes
 from tritonforge.reference import TOLERANCE, rms_norm_ref  # noqa: F401  (names the experiments use)

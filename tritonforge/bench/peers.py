@@ -215,7 +215,7 @@ def swiglu_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs
 def swiglu_front_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs: bool = False) -> dict:
     """name -> a maker of ``fn(x, w_gate, w_up)``: our fused kernel, eager (cuBLAS two-GEMM +
     elementwise), torch.compile of it; on a GPU both under CUDA graphs."""
-    from tritonforge.ops.swiglu import swiglu_mlp_front
+    from tritonforge.ops.swiglu_front import swiglu_mlp_front
 
     table = _standard_rows(swiglu_mlp_front, eager_swiglu_front, cuda_graphs)
     return {name: maker for name, maker in table.items() if impls is None or name in impls}

@@ -85,10 +85,29 @@ def format_suite(suite: str, rows: list[dict]) -> str:
                 cells = [by_key.get((dtype, shape, i), {}).get("device_us") for i in timed_on_device]
                 text = " | ".join("" if us is None else f"{us:.1f}" for us in cells)
                 lines.append(f"| {dtype} | {shape_label(shape)} | {text} |")
-    notes = [f"  {r['impl']} {r['dtype']} {shape_label(r['shape'])}: {r['status']}: {r['note']}"
-             for r in rows if r["status"] != "ok" and r["note"]]  # fmt: skip
-    seen = dict.fromkeys(notes)
-    return "\n".join(lines + (["not counted:"] + list(seen) if seen else []))
+    seen = ["  " + note for note in not_counted(rows)]
+    return "\n".join(lines + (["not counted:"] + seen if seen else []))
+
+
+def not_counted(rows: list[dict]) -> list[str]:
+    """One sentence per implementation and reason for the rows that were not timed: rows whose
+    notes differ only in their numbers (the same error at every long row) are said once, with
+    the shapes they cover and the first row's note, instead of once a row."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["status"] != "ok" and r["note"]:
+            groups.setdefault((r["impl"], r["status"], re.sub(r"\d[\d.,]*", "#", r["note"])), []).append(r)
+    sentences = []
+    for (impl, status, _), group in groups.items():
+        first = group[0]
+        if len(group) == 1:
+            sentences.append(f"{impl} {first['dtype']} {shape_label(first['shape'])}: {status}: {first['note']}")
+            continue
+        dtypes = " and ".join(dict.fromkeys(r["dtype"] for r in group))
+        shapes = ", ".join(dict.fromkeys(shape_label(r["shape"]) for r in group))
+        same = all(r["note"] == first["note"] for r in group)
+        sentences.append(f"{impl} at {len(group)} rows ({dtypes}; {shapes}): {status}" + (": " if same else ", e.g. ") + first["note"])
+    return sentences
 
 
 def format_results(results) -> str:
@@ -205,8 +224,7 @@ def _suite_tables(suite: str, rows: list[dict]) -> list[Table]:
                 for dtype, shape in keys]  # fmt: skip
         tables.append(Table(["dtype", "shape"] + timed_on_device, body, left=2,
                             title="device µs (CUDA-graph replay: no host time, no L2 flush between calls)"))  # fmt: skip
-    notes += [f"not counted: {r['impl']} {r['dtype']} {shape_label(r['shape'])}: {r['status']}: {r['note']}"
-              for r in rows if r["status"] != "ok" and r["note"]]  # fmt: skip
+    notes += [f"not counted: {note}" for note in not_counted(rows)]
     tables[-1].notes = list(dict.fromkeys(notes))
     return tables
 

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from tritonforge import _triton, runtime  # noqa: F401  (first: decides TRITON_INTERPRET before triton loads)
+from tritonforge import _triton  # noqa: F401  (first: decides TRITON_INTERPRET before triton loads)
 from tritonforge.bench import report
 from tritonforge.bench.costs import Ceilings, dtype_name
 from tritonforge.bench.peers import liger_version
@@ -248,7 +248,7 @@ INDUCTOR_CODE_SCHEMA = "tritonforge.inductor-code/1"
 RECORD_KINDS = {
     SCHEMA: "benchmark suites (python -m tritonforge.bench)",
     HOST_OVERHEAD_SCHEMA: "host and device time per call (benchmarks/host_overhead.py)",
-    INDUCTOR_CODE_SCHEMA: "the kernels torch.compile generated (benchmarks/experiments/inductor_rmsnorm.py)",
+    INDUCTOR_CODE_SCHEMA: "the kernels torch.compile generated (benchmarks/experiments/rmsnorm/inductor_rmsnorm.py)",
     "compile": "compiled-kernel readings (scripts/record_compile.py; read by tritonforge.basics)",
 }
 """Every kind of file ``benchmarks/results/`` may hold, by the name :func:`record_kind` gives it."""
@@ -377,32 +377,6 @@ def load_results(suite: Optional[str] = None, directory=DEFAULT_RESULTS_DIR) -> 
     if suite is not None:
         newest.rows = [row for row in newest.rows if row["suite"] == suite]
     return newest
-
-
-def results_for_chapter(suite: str, *, live: bool = False, directory=DEFAULT_RESULTS_DIR) -> Results:
-    """What a chapter plots: a live quick run if ``live`` and a CUDA GPU is here, else the record.
-
-    The returned :class:`Results` knows which it is (``.live``), and the plots say so. Chapters
-    pass ``live=env.benchmarks_live``. Under ``TRITONFORGE_SIMULATE_DEVICE`` a live request gets
-    :func:`~tritonforge.bench.suites.simulated_run` instead: the rows, dtypes and ceilings a quick
-    run on that GPU would produce, with made-up numbers, so that the chapter's live branch runs
-    (and its dtype and key choices are tested) on a machine without one.
-    """
-    if live and runtime.simulated_device() is not None:
-        from tritonforge.bench.suites import simulated_run
-
-        results = simulated_run(suite, runtime.simulated_device())
-        if suite != "ceilings":
-            results.rows = [row for row in results.rows if row["suite"] == suite]
-        return results
-    if live and torch.cuda.is_available():
-        from tritonforge.bench.suites import run_suite  # the suites write Results: imported when run
-
-        results = run_suite(suite, quick=True, command=f"tritonforge.bench.results_for_chapter({suite!r}, live=True)")
-        if suite != "ceilings":
-            results.rows = [row for row in results.rows if row["suite"] == suite]
-        return results
-    return load_results(suite, directory)
 
 
 def no_gpu_message(directory=DEFAULT_RESULTS_DIR) -> str:

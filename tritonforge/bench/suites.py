@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from tritonforge import runtime  # first: decides TRITON_INTERPRET before triton loads
+from tritonforge import hardware, runtime, simulation  # first: decides TRITON_INTERPRET before triton loads
 from tritonforge.bench import peers
 from tritonforge.bench.costs import (
     Ceilings,
@@ -70,7 +70,7 @@ fp32's 1e-5, so a run must not fail the ceiling on that noise."""
 
 def default_dtypes(device: str, quick: bool = False) -> list[torch.dtype]:
     """float32 and the GPU's 16-bit type (bfloat16 from sm_80, float16 before); quick: 16-bit."""
-    half = torch.bfloat16 if runtime.supports_bf16(torch.device(device)) else torch.float16
+    half = torch.bfloat16 if hardware.supports_bf16(torch.device(device)) else torch.float16
     return [half] if quick else [torch.float32, half]
 
 
@@ -95,7 +95,7 @@ def run_ceilings(*, dtypes=None, quick: bool = False, device: str = "cuda", time
     if dtypes is None:
         dtypes = default_dtypes(device, quick=True) if quick else [torch.bfloat16, torch.float16, torch.float32]
     for dtype in dtypes:
-        if dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(device)):
+        if dtype == torch.bfloat16 and not hardware.supports_bf16(torch.device(device)):
             continue
         rows.append(measure_matmul(dtype, MATMUL_SIZE, device=device, timer=timer))
         free_memory(device)
@@ -384,7 +384,7 @@ def measure_same_size_copy(x: torch.Tensor, *, timer: Timer, ceilings: Optional[
     row = make_row(suite, "copy", SAME_SIZE_COPY, x.dtype, list(x.shape),
                    bytes=cost.bytes, formula=cost.formula, ceiling="copy")  # fmt: skip
     # No device time: captured in a CUDA graph, a contiguous copy_ becomes a memcpy node, which ran
-    # slower than the eager copy on the H200 (benchmarks/experiments, copy-same-size-probe).
+    # slower than the eager copy on the H200 (benchmarks/experiments/copy-baselines, copy-same-size-probe).
     return measure_copy_into(row, x, out, timer=timer, ceilings=ceilings)
 
 
@@ -809,7 +809,7 @@ SIMULATED_SLOWDOWN = {"tritonforge": 1.2, "hf-eager": 6.0}
 positive and finite so that every plot and table of a chapter's live branch draws."""
 
 
-def simulated_run(suite: str, sim: runtime.SimulatedDevice) -> Results:
+def simulated_run(suite: str, sim: simulation.SimulatedDevice) -> Results:
     """What ``run_suite(suite, quick=True)`` would return on ``sim``'s GPU, with made-up numbers.
 
     The same rows as a real quick run there: the ceilings of :func:`run_ceilings` (the copy and the
@@ -819,7 +819,7 @@ def simulated_run(suite: str, sim: runtime.SimulatedDevice) -> Results:
     metadata naming the device with ``simulated: True`` (the plots then say SIMULATED). The
     numbers come from ``sim.copy_gbps``/``sim.matmul_tflops`` and :data:`SIMULATED_SLOWDOWN`."""
     device = "cuda"  # what a real run would ask for; nothing is allocated
-    with runtime.simulate(sim.key):
+    with simulation.simulate(sim.key):
         half = default_dtypes(device, quick=True)
     copy = make_row("ceilings", "copy", "torch.Tensor.copy_", torch.float32, [COPY_QUICK_BYTES // 4])
     cost = copy_cost(COPY_QUICK_BYTES // 4, torch.float32)
@@ -868,7 +868,7 @@ def simulated_run(suite: str, sim: runtime.SimulatedDevice) -> Results:
         "liger": peers.liger_version(),
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": f"tritonforge.bench.simulated_run({suite!r}) ({runtime.SIMULATE_ENV}={sim.key})",
+        "command": f"tritonforge.bench.simulated_run({suite!r}) ({simulation.SIMULATE_ENV}={sim.key})",
         "git_commit": None,
         "quick": True,
         "simulated": True,

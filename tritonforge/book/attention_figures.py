@@ -1,7 +1,7 @@
 r"""Chapter 7's pictures of FlashAttention: the tile schedule, the memory the naive way allocates,
 and the memory each way needs as the sequence grows.
 
-**The tile schedule.** The prefill kernel (:func:`tritonforge.ops.attention._flash_attn_fwd_kernel`)
+**The tile schedule.** The prefill kernel (:func:`tritonforge.ops.attention_prefill._flash_attn_fwd_kernel`)
 runs one program per block of ``block_m`` queries; the program walks the keys in blocks of
 ``block_n``. With causal masking aligned bottom-right, query ``i`` sees key ``j`` iff
 ``j <= i + Nk - Nq``. For the query block that starts at row ``start_m`` the kernel computes two

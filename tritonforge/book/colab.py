@@ -22,15 +22,17 @@ def install_cell_source() -> str:
     """The guarded install cell: installs tritonforge in Colab, does nothing anywhere else.
 
     ``pip install`` of the package keeps Colab's own torch and triton: ``pyproject.toml`` asks
-    only for loose ranges that Colab's versions already satisfy.
+    only for loose ranges that Colab's versions already satisfy. Every line fits the book's page
+    (``compile_ir.PAGE_WIDTH``): the source is a variable, which IPython expands in ``%pip``'s line.
     """
     return (
         "# Runs only in Google Colab: install tritonforge from the book's repository.\n"
-        "# Anywhere else this cell does nothing (install with `pip install -e .` instead).\n"
+        "# Anywhere else it does nothing (install with `pip install -e .` instead).\n"
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
-        f'    %pip install -q "tritonforge @ git+{REPOSITORY_URL}@{BRANCH}"'
+        f'    SOURCE = "git+{REPOSITORY_URL}@{BRANCH}"\n'
+        '    %pip install -q "tritonforge @ {SOURCE}"'
     )
 
 

@@ -29,7 +29,7 @@ from typing import Optional
 
 import torch
 
-from tritonforge import bench, runtime
+from tritonforge import bench, hardware, runtime, simulation
 from tritonforge._triton import triton
 from tritonforge.ops.teaching import (
     ADD_2D_BLOCK_M,
@@ -598,7 +598,7 @@ def record_main(argv: Sequence[str]) -> int:
     if args.offline_arch is None and not torch.cuda.is_available():
         print("no CUDA GPU here: run on a GPU machine, or pass --offline-arch 90 to compile without one", file=sys.stderr)
         return 2
-    if runtime.interpreting():
+    if hardware.interpreting():
         print("TRITON_INTERPRET=1 is set: unset it (or set it to 0) so that the kernels are compiled", file=sys.stderr)
         return 2
     records = offline_records(args.offline_arch) if args.offline_arch is not None else record_compilation()
@@ -645,7 +645,7 @@ def compile_records_for_chapter(live: bool, directory=None, *, offline_arch: Opt
     GPU's architecture (``sm_75`` for a T4) instead of 1.: what a reader's GPU would compile,
     without one.
     """
-    simulated = runtime.simulated_device()
+    simulated = simulation.simulated_device()
     if live and simulated is not None:
         major, minor = simulated.capability
         return _compile_offline_in_subprocess(10 * major + minor)

@@ -1,8 +1,12 @@
-r"""Plots for benchmark results: one helper for every chapter's bar chart, one for the roofline.
+r"""Plots for benchmark results: one helper for every chapter's benchmark figure, one for the roofline.
 
-Every figure says where its numbers come from: "live on <device> (torch X, triton Y)" when the
-chapter just measured them, or "recorded on <device>, <date> (torch X, triton Y)" when it read a
-file from ``benchmarks/results/``. A reader never has to guess whether the bars are theirs.
+:func:`plot_groups` draws every benchmark figure in the book: shapes (or cases) on the x axis,
+one bar per implementation in a colour that implementation keeps in every chapter
+(:data:`COLORS`), yardsticks such as a same-size copy as lines across their group, never as bars
+of their own. :func:`plot_bench` feeds it a results file, with the timer the text reads (``do_bench``
+or device time). Every figure says where its numbers come from: "live on <device> (torch X,
+triton Y)" when the chapter just measured them, or "recorded on <device>, <date> (torch X,
+triton Y)" when it read a file from ``benchmarks/results/``.
 
 The roofline: an op that does F FLOPs while moving B bytes has arithmetic intensity I = F / B.
 With copy bandwidth W and peak rate P it can reach at most
@@ -33,18 +37,38 @@ METRIC_LABELS = {
     "tflops": "TFLOP/s",
     "max_rel_err": "max relative error vs float64",
 }
-
-IMPL_COLORS = {  # the same implementation keeps its colour in every chapter
-    "tritonforge": "#d62728",
-    "hf-eager": "#7f7f7f",
-    "eager": "#7f7f7f",
-    "F.rms_norm": "#1f77b4",
-    "torch.compile": "#2ca02c",
-    "liger": "#ff7f0e",
+TIMERS = {
+    "do_bench": "triton.testing.do_bench, host included",
+    "device": "device time (CUDA-graph replay)",
 }
 
-BASELINE_STYLE = {SAME_SIZE_COPY: {"color": "white", "edgecolor": "black", "hatch": "///", "linewidth": 0.6}}
-"""Bars that are a measured ceiling rather than an implementation: outlined and hatched, not filled."""
+COLORS = {  # one colour per implementation, in every chapter and every figure
+    "tritonforge": "#d62728",
+    "tritonforge (compiled, CUDA graphs)": "#ff9896",
+    "hf-eager": "#7f7f7f",
+    "torch.compile": "#2ca02c",
+    "torch.compile (CUDA graphs)": "#98df8a",
+    "liger": "#ff7f0e",
+    "F.rms_norm": "#1f77b4",
+    "sdpa-flash": "#17becf",
+    "sdpa-cudnn": "#9467bd",
+    "naive (eager)": "#8c564b",
+}
+"""The implementations the book measures, each with a colour no other one has."""
+
+SAME_IMPLEMENTATION = {
+    "eager": "hf-eager",  # PyTorch eager, the Hugging Face formula
+    "sdpa": "hf-eager",  # chapter 9's eager model (the Hugging Face default, SDPA attention)
+    "unpatched": "hf-eager",  # a transformers model as it ships
+    "tfg.patch": "tritonforge",  # ours, patched into a transformers model
+}
+"""Names records give the same implementation: drawn in its colour."""
+
+IMPL_COLORS = {**COLORS, **{alias: COLORS[name] for alias, name in SAME_IMPLEMENTATION.items()}}
+
+BASELINE_STYLE = {SAME_SIZE_COPY: {"color": "black", "linestyle": "--", "linewidth": 1.4, "label": "same-size copy"}}
+"""Rows that are a yardstick rather than an implementation: drawn as a line across their shape's
+bars (never as bars, never on an x tick of their own)."""
 
 FIGURE_WIDTH_IN = 7.0
 """A figure's width: the book's content column is 688 px, and a notebook draws at 100 dpi, so a
@@ -55,6 +79,15 @@ MIN_FONT_PT = 10
 
 POINT_MARKERS = "osD^vP*X"
 """Roofline point markers, one per legend group in order (points that coincide stay tellable)."""
+
+
+def color_of(impl: str) -> str:
+    """The book's colour for ``impl``; ``KeyError`` for an implementation that has none yet
+    (add it to :data:`COLORS`, in a colour no other implementation has)."""
+    try:
+        return IMPL_COLORS[impl]
+    except KeyError:
+        raise KeyError(f"no colour for implementation {impl!r}: add it to tritonforge.book.viz.COLORS") from None
 
 
 def as_results(results) -> Results:
@@ -71,11 +104,27 @@ def x_label(row: dict, x: str) -> str:
     return shape_label(value) if x == "shape" else str(value)
 
 
+def metric_value(row: dict, metric: str, timer: str = "do_bench") -> Optional[float]:
+    """``row[metric]`` as ``timer`` measured it, or None. The rows' rates and fractions come
+    from ``us`` (``do_bench``); under ``timer="device"`` they are scaled to the row's device time,
+    and a row without one (a CUDA-graph row, a copy) has no value."""
+    value = row.get(metric)
+    if timer == "do_bench" or value is None or metric == "max_rel_err":
+        return value
+    if timer != "device":
+        raise ValueError(f"timer must be one of {sorted(TIMERS)}, got {timer!r}")
+    device_us, us = row.get("device_us"), row.get("us")
+    if not device_us or not us:
+        return None
+    return device_us if metric == "us" else value * us / device_us
+
+
 def plot_bench(
     results,
     x: str = "shape",
     metric: str = "fraction_of_ceiling",
     *,
+    timer: str = "do_bench",
     op: Optional[str] = None,
     suite: Optional[str] = None,
     dtype: Optional[str] = None,
@@ -83,7 +132,9 @@ def plot_bench(
     title: Optional[str] = None,
     log_y: Optional[bool] = None,
 ):
-    """Grouped bars: one group per ``x`` value, one bar per implementation, one panel per dtype.
+    """Grouped bars of a results file: one group per ``x`` value (a shape), one bar per
+    implementation in its book-wide colour, one panel per dtype; each shape's same-size copy, where
+    the run timed one, is a line across its group.
 
     Args:
         results: :class:`~tritonforge.bench.results.Results` (from ``load_results`` or a live run) or a
@@ -91,68 +142,116 @@ def plot_bench(
         x: the row field along the x axis (``"shape"`` by default).
         metric: the row field plotted: ``fraction_of_ceiling`` (default), ``us``, ``gbps``,
             ``tflops`` or ``max_rel_err``.
+        timer: ``"do_bench"`` (the rows' ``us``, host included) or ``"device"`` (their
+            ``device_us``: CUDA-graph replay, no host); a row without that time is not drawn.
         op, suite, dtype: keep only rows with these values (``dtype`` as in "bfloat16").
         impls: implementations to show, in this order (default: all, in the file's order).
-        title: the figure's first line (default: suite and metric); the second line always
-            says "live on ..." or "recorded on ...".
+        title: the figure's first line (default: suite and metric); the second says which timer,
+            the third "live on ..." or "recorded on ...".
         log_y: log scale on y (default: only for ``us``).
 
     Returns:
         The matplotlib ``Figure``. Rows that are not ``"ok"`` (wrong, unavailable, error) are
         not drawn: a missing bar means there is no valid measurement.
     """
+    results = as_results(results)
+
+    def kept(r):
+        return (r.get("status") == "ok" and r.get("suite") != "ceilings" and metric_value(r, metric, timer) is not None
+                and (op is None or r.get("op") == op) and (suite is None or r.get("suite") == suite)
+                and (dtype is None or r.get("dtype") == dtype))  # fmt: skip
+
+    rows = [r for r in results.rows if kept(r) and r["impl"] not in BASELINE_STYLE and (impls is None or r["impl"] in impls)]
+    if not rows:
+        raise ValueError(f"no 'ok' rows with a {metric!r} value ({timer}) match op={op!r} suite={suite!r} dtype={dtype!r}")
+    baselines = [r for r in results.rows if kept(r) and r["impl"] in BASELINE_STYLE]
+    shown = list(impls) if impls else list(dict.fromkeys(r["impl"] for r in rows))
+    panels = []
+    for panel_dtype in dict.fromkeys(r["dtype"] for r in rows):
+        panel = [r for r in rows if r["dtype"] == panel_dtype]
+        groups = list(dict.fromkeys(x_label(r, x) for r in panel))
+        value = {(x_label(r, x), r["impl"]): metric_value(r, metric, timer) for r in panel}
+        series = {impl: [value.get((g, impl)) for g in groups] for impl in shown if any((g, impl) in value for g in groups)}
+        lines = {}
+        for name in BASELINE_STYLE:
+            matched = [_baseline_for(panel, baselines, name, g, x) for g in groups]
+            if any(b is not None for b in matched):
+                lines[name] = [None if b is None else metric_value(b, metric, timer) for b in matched]
+        panels.append({"title": panel_dtype, "groups": groups, "series": series, "baselines": lines,
+                       "ylabel": METRIC_LABELS.get(metric, metric), "xlabel": x,
+                       "log_y": log_y if log_y is not None else metric == "us",
+                       "reference": 1.0 if metric == "fraction_of_ceiling" else None})  # fmt: skip
+    suites = ", ".join(dict.fromkeys(r["suite"] for r in rows))
+    heading = f"{title or suites + ': ' + METRIC_LABELS.get(metric, metric)}\n{TIMERS[timer]}"
+    return plot_groups(panels, title=heading, provenance=results.provenance())
+
+
+def _baseline_for(panel: list[dict], baselines: list[dict], name: str, group: str, x: str) -> Optional[dict]:
+    """The baseline row ``name`` that belongs to ``group``: same dtype, and the same shape or the
+    same bytes as the group's rows (a copy of a flat element count moves a shape's bytes)."""
+    members = [r for r in panel if x_label(r, x) == group]
+    for b in baselines:
+        if b["impl"] != name:
+            continue
+        for r in members:
+            if b["dtype"] == r["dtype"] and (b.get("shape") == r.get("shape") or (b.get("bytes") and b.get("bytes") == r.get("bytes"))):
+                return b
+    return None
+
+
+def plot_groups(panels: Sequence[Mapping], *, title: str, provenance: str):
+    """The book's benchmark figure: stacked panels of grouped bars, as wide as the content column.
+
+    Each panel is a mapping with ``groups`` (the x tick labels: shapes, or cases), ``series``
+    (``{implementation: [value or None per group]}``, drawn as bars in the implementation's book-wide
+    colour), and optionally ``baselines`` (``{name: [value or None per group]}``, drawn as lines
+    across each group), ``title``, ``ylabel``, ``xlabel``, ``log_y`` and ``reference`` (a dashed
+    horizontal line, e.g. 1 for a fraction of a ceiling). One legend, below the last panel;
+    ``title`` and ``provenance`` head the figure. Returns the ``Figure``.
+    """
     import matplotlib.pyplot as plt
 
-    results = as_results(results)
-    rows = [
-        r
-        for r in results.rows
-        if r.get("status") == "ok"
-        and r.get(metric) is not None
-        and (op is None or r.get("op") == op)
-        and (suite is None or r.get("suite") == suite)
-        and (dtype is None or r.get("dtype") == dtype)
-        and (impls is None or r.get("impl") in impls)
-    ]
-    if not rows:
-        raise ValueError(f"no 'ok' rows with a {metric!r} value match op={op!r} suite={suite!r} dtype={dtype!r}")
-    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
-    shown_impls = list(impls) if impls else list(dict.fromkeys(r["impl"] for r in rows))
-    # One panel per dtype, stacked: the figure is as wide as the book's content column (7 in at
-    # 100 dpi, about the column's 688 px), so its 10 pt text stays 10 pt on the page.
-    fig, axes = plt.subplots(len(dtypes), 1, figsize=(FIGURE_WIDTH_IN, 3.6 * len(dtypes) + 1.2), squeeze=False,
-                             sharey=True, layout="constrained")  # fmt: skip
-    axes = axes.T
-    for ax, panel_dtype in zip(axes[0], dtypes):
-        draw_grouped_bars(ax, [r for r in rows if r["dtype"] == panel_dtype], x, metric, shown_impls)
-        ax.set_title(panel_dtype)
-        ax.set_xlabel(x)
-        if log_y if log_y is not None else metric == "us":
+    fig, axes = plt.subplots(len(panels), 1, figsize=(FIGURE_WIDTH_IN, 3.6 * len(panels) + 1.4), squeeze=False,
+                             layout="constrained")  # fmt: skip
+    handles: dict[str, object] = {}
+    for ax, panel in zip(axes[:, 0], panels):
+        handles.update(draw_groups(ax, panel["groups"], panel["series"], baselines=panel.get("baselines")))
+        ax.set_title(panel.get("title", ""))
+        ax.set_ylabel(panel.get("ylabel", ""))
+        ax.set_xlabel(panel.get("xlabel", ""))
+        if panel.get("log_y"):
             ax.set_yscale("log")
-        if metric == "fraction_of_ceiling":
-            ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    for ax in axes[0]:
-        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+        if panel.get("reference") is not None:
+            ax.axhline(panel["reference"], color="black", linewidth=0.8, linestyle=":")
     # Below the last panel, two columns: inside a panel it would cover bars.
-    axes[0][-1].legend(title="implementation", fontsize=MIN_FONT_PT, title_fontsize=MIN_FONT_PT, ncol=2,
-                       loc="upper center", bbox_to_anchor=(0.5, -0.42))  # fmt: skip
-    suites = ", ".join(dict.fromkeys(r["suite"] for r in rows))
-    fig.suptitle(f"{title or suites + ': ' + METRIC_LABELS.get(metric, metric)}\n{results.provenance()}", fontsize=MIN_FONT_PT)
+    axes[-1, 0].legend(list(handles.values()), list(handles), fontsize=MIN_FONT_PT, ncol=2, loc="upper center",
+                       bbox_to_anchor=(0.5, -0.42))  # fmt: skip
+    fig.suptitle(f"{title}\n{provenance}", fontsize=MIN_FONT_PT)
     return fig
 
 
-def draw_grouped_bars(ax, rows: list, x: str, metric: str, impls: Sequence[str]) -> None:
-    groups = list(dict.fromkeys(x_label(r, x) for r in rows))
-    value = {(x_label(r, x), r["impl"]): r[metric] for r in rows}
-    present = [i for i in impls if any((g, i) in value for g in groups)]
-    width = 0.8 / max(len(present), 1)
-    for k, impl in enumerate(present):
-        positions = [g + (k - (len(present) - 1) / 2) * width for g in range(len(groups))]
-        heights = [value.get((group, impl), 0.0) for group in groups]
-        style = BASELINE_STYLE.get(impl, {"color": IMPL_COLORS.get(impl)})
-        ax.bar(positions, heights, width, label=impl, **style)
+def draw_groups(ax, groups: Sequence[str], series: Mapping[str, Sequence], *, baselines: Optional[Mapping] = None) -> dict:
+    """Grouped bars on ``ax``: one group per label in ``groups``, one bar per implementation of
+    ``series`` in its colour (a None value leaves its slot empty), and each baseline as a short
+    line across its group. Returns ``{legend label: artist}``."""
+    width = 0.8 / max(len(series), 1)
+    handles = {}
+    for k, (impl, values) in enumerate(series.items()):
+        positions = [g + (k - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        drawn = [(p, v) for p, v in zip(positions, values) if v is not None]
+        bars = ax.bar([p for p, _ in drawn], [v for _, v in drawn], width, color=color_of(impl), label=impl)
+        handles[impl] = bars
+    for name, values in (baselines or {}).items():
+        style = dict(BASELINE_STYLE.get(name, {"color": "black", "linestyle": "--", "linewidth": 1.4}))
+        label = style.pop("label", name)
+        for g, v in enumerate(values):
+            if v is not None:
+                (line,) = ax.plot([g - 0.45, g + 0.45], [v, v], **style)
+                handles[label] = line
     ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels(groups, rotation=30, ha="right")
+    ax.set_xticklabels(groups, rotation=30 if max(map(len, groups), default=0) > 9 else 0,
+                       ha="right" if max(map(len, groups), default=0) > 9 else "center")  # fmt: skip
+    return handles
 
 
 def as_ceilings(ceilings) -> Ceilings:

@@ -10,12 +10,26 @@ the checks compare exact counts (ratios and times to 1e-9) on fixed and random s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
 from tritonforge.bench import costs
-from tritonforge.exercise.core import Case, Report, Trial, Verdict, check, run_trial
+from tritonforge.exercise.core import Case, CaseTemplate, Trial, Verdict
+
+__all__ = [
+    "ROOFLINE_KINDS",
+    "arithmetic_intensity_cases",
+    "arithmetic_intensity_ref",
+    "eager_rms_norm_kernels",
+    "fused_add_rms_norm_traffic_cases",
+    "fused_add_rms_norm_traffic_ref",
+    "roofline_prediction_cases",
+    "roofline_prediction_ref",
+    "try_arithmetic_intensity",
+    "try_fused_add_rms_norm_traffic",
+    "try_roofline_prediction",
+]
 
 
 def matmul_bytes(m: int, n: int, k: int, elem: int) -> int:
@@ -56,31 +70,46 @@ def _number(value: float) -> str:
     return f"{value:.6g}"
 
 
-def _compare_intensity(got: Any, expected: tuple, inputs: tuple) -> Verdict:
-    if not isinstance(got, (tuple, list)) or len(got) != 3:
-        return Verdict(False, None, f"return a tuple (flops, bytes, intensity); got {type(got).__name__} {got!r:.60}")
-    problems, errors = [], []
-    for label, g, e in zip(("flops", "bytes", "intensity"), got, expected):
-        if isinstance(g, bool) or not isinstance(g, (int, float)):
-            problems.append(f"{label} should be a number, got {type(g).__name__}")
-            continue
-        rel = abs(g - e) / abs(e)
-        errors.append(rel)
-        exact = label != "intensity"
-        if (exact and g != e) or (not exact and rel > 1e-9):
-            problems.append(f"{label}: got {_number(g)}, expected {_number(e)}")
-    error = max(errors) if errors else None
-    return Verdict(not problems, error, "; ".join(problems))
+def _call(fn: Callable, inputs: tuple) -> Any:
+    return fn(*inputs)
+
+
+def _show_returned(got: Any, expected: Any) -> list[tuple[str, str]]:
+    """What a trial prints: what the function returned (the answer itself is the check's to show)."""
+    return [("yours:", repr(got))]
+
+
+def _compare_numbers(returns: str, labels: tuple[str, ...], *, close: tuple[str, ...] = ()):
+    """The comparison of a returned tuple of numbers (``returns``, as a verdict names it) called
+    ``labels``: each exactly, but those in ``close`` (ratios) to a relative 1e-9; the error is
+    the largest relative difference."""
+
+    def compare(got: Any, expected: tuple, inputs: tuple) -> Verdict:
+        if not isinstance(got, (tuple, list)) or len(got) != len(labels):
+            return Verdict(False, None, f"return a tuple {returns}; got {type(got).__name__} {got!r:.60}")
+        problems, errors = [], []
+        for label, g, e in zip(labels, got, expected):
+            if isinstance(g, bool) or not isinstance(g, (int, float)):
+                problems.append(f"{label} should be a number, got {type(g).__name__}")
+                continue
+            rel = abs(g - e) / abs(e)
+            errors.append(rel)
+            if (label not in close and g != e) or (label in close and rel > 1e-9):
+                problems.append(f"{label}: got {_number(g)}, expected {_number(e)}")
+        return Verdict(not problems, max(errors) if errors else None, "; ".join(problems))
+
+    return compare
+
+
+INTENSITY = CaseTemplate(
+    _call,
+    lambda inp: arithmetic_intensity_ref(*inp),
+    _compare_numbers("(flops, bytes, intensity)", ("flops", "bytes", "intensity"), close=("intensity",)),
+)
 
 
 def _intensity_case(name: str, op: str, shape_fn: Callable[[torch.Generator], tuple], dtype: torch.dtype) -> Case:
-    return Case(
-        name=name,
-        inputs=lambda gen: (op, shape_fn(gen), dtype),
-        run=lambda fn, inp: fn(*inp),
-        expected=lambda inp: arithmetic_intensity_ref(*inp),
-        compare=_compare_intensity,
-    )
+    return INTENSITY.case(name, lambda gen: (op, shape_fn(gen), dtype))
 
 
 def _randint(gen: torch.Generator, low: int, high: int) -> int:
@@ -101,21 +130,11 @@ def arithmetic_intensity_cases() -> list[Case]:
     ]
 
 
-def check_arithmetic_intensity(fn: Callable, *, seed: Optional[int] = None) -> Report:
-    """Exercise 1a: ``fn(op, shape, dtype) -> (flops, bytes, flop_per_byte)``; exact counts."""
-    return check(fn, arithmetic_intensity_cases(), title="arithmetic_intensity", seed=seed)
-
-
 def try_arithmetic_intensity(fn: Callable, op: str, shape: tuple, dtype: torch.dtype) -> Trial:
     """Exercise 1a's "try it": ``fn(op, shape, dtype)`` on one input, never raising; shows what
     it returned and whether that is right (the answer itself is the check's to show)."""
     inputs = (op, tuple(shape), dtype)
-    case = _intensity_case("try", op, lambda gen: inputs[1], dtype)
-
-    def show(got, expected):
-        return [("yours:", repr(got))]
-
-    return run_trial(fn, case, inputs, title=f"arithmetic_intensity{inputs!r}".replace("torch.", ""), show=show)
+    return INTENSITY.trial(fn, inputs, title=f"arithmetic_intensity{inputs!r}".replace("torch.", ""), show=_show_returned)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -164,15 +183,12 @@ def _compare_prediction(got: Any, expected: tuple, inputs: tuple) -> Verdict:
     return Verdict(not problems, error, "; ".join(problems))
 
 
+PREDICTION = CaseTemplate(_call, lambda inp: roofline_prediction_ref(*inp), _compare_prediction)
+
+
 def _prediction_case(name: str, device: str, kind: str, cost: costs.Cost, dtype: torch.dtype) -> Case:
     inputs = (device, kind, cost.flops, cost.bytes, dtype)
-    return Case(
-        name=name,
-        inputs=lambda gen: inputs,
-        run=lambda fn, inp: fn(*inp),
-        expected=lambda inp: roofline_prediction_ref(*inp),
-        compare=_compare_prediction,
-    )
+    return PREDICTION.case(name, lambda gen: inputs)
 
 
 def _polynomial_cost(numel: int, degree: int) -> costs.Cost:
@@ -212,28 +228,11 @@ def roofline_prediction_cases() -> list[Case]:
     ]
 
 
-def check_roofline_prediction(fn: Callable, *, seed: Optional[int] = None) -> Report:
-    """Exercise 1b: ``fn(device, kind, flops, nbytes, dtype) -> (microseconds, bound)`` on the
-    book's datasheets; times to 1e-9, the bound exactly."""
-    return check(fn, roofline_prediction_cases(), title="roofline_prediction", seed=seed)
-
-
 def try_roofline_prediction(fn: Callable, device: str, kind: str, flops: int, nbytes: int, dtype: torch.dtype) -> Trial:
     """Exercise 1b's "try it": ``fn(device, kind, flops, nbytes, dtype)`` on one input, never
     raising; shows what it returned and whether that is right."""
     inputs = (device, kind, flops, nbytes, dtype)
-    case = Case(
-        name="try",
-        inputs=lambda gen: inputs,
-        run=lambda f, inp: f(*inp),
-        expected=lambda inp: roofline_prediction_ref(*inp),
-        compare=_compare_prediction,
-    )
-
-    def show(got, expected):
-        return [("yours:", repr(got))]
-
-    return run_trial(fn, case, inputs, title=f"roofline_prediction{inputs!r}".replace("torch.", ""), show=show)
+    return PREDICTION.trial(fn, inputs, title=f"roofline_prediction{inputs!r}".replace("torch.", ""), show=_show_returned)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -289,28 +288,15 @@ def fused_add_rms_norm_traffic_ref(m: int, n: int, dtype: torch.dtype) -> tuple[
     return eager_bytes, 1 + len(rms), fused_bytes
 
 
-def _compare_traffic(got: Any, expected: tuple, inputs: tuple) -> Verdict:
-    if not isinstance(got, (tuple, list)) or len(got) != 3:
-        return Verdict(False, None, f"return a tuple (eager_bytes, eager_kernels, fused_bytes); got {type(got).__name__} {got!r:.60}")
-    problems, errors = [], []
-    for label, g, e in zip(("eager bytes", "eager kernels", "fused bytes"), got, expected):
-        if isinstance(g, bool) or not isinstance(g, (int, float)):
-            problems.append(f"{label} should be a number, got {type(g).__name__}")
-            continue
-        errors.append(abs(g - e) / abs(e))
-        if g != e:
-            problems.append(f"{label}: got {_number(g)}, expected {_number(e)}")
-    return Verdict(not problems, max(errors) if errors else None, "; ".join(problems))
+TRAFFIC = CaseTemplate(
+    _call,
+    lambda inp: fused_add_rms_norm_traffic_ref(*inp),
+    _compare_numbers("(eager_bytes, eager_kernels, fused_bytes)", ("eager bytes", "eager kernels", "fused bytes")),
+)
 
 
 def _traffic_case(name: str, shape_fn: Callable[[torch.Generator], tuple], dtype: torch.dtype) -> Case:
-    return Case(
-        name=name,
-        inputs=lambda gen: (*shape_fn(gen), dtype),
-        run=lambda fn, inp: fn(*inp),
-        expected=lambda inp: fused_add_rms_norm_traffic_ref(*inp),
-        compare=_compare_traffic,
-    )
+    return TRAFFIC.case(name, lambda gen: (*shape_fn(gen), dtype))
 
 
 def fused_add_rms_norm_traffic_cases() -> list[Case]:
@@ -328,17 +314,8 @@ def fused_add_rms_norm_traffic_cases() -> list[Case]:
     ]
 
 
-def check_fused_add_rms_norm_traffic(fn: Callable, *, seed: Optional[int] = None) -> Report:
-    """Exercise 1c: ``fn(M, N, dtype) -> (eager_bytes, eager_kernels, fused_bytes)``; exact counts."""
-    return check(fn, fused_add_rms_norm_traffic_cases(), title="fused_add_rms_norm_traffic", seed=seed)
-
-
 def try_fused_add_rms_norm_traffic(fn: Callable, m: int, n: int, dtype: torch.dtype) -> Trial:
     """Exercise 1c's "try it": ``fn(M, N, dtype)`` on one input, never raising; shows what it
     returned and whether that is right."""
-    case = _traffic_case("try", lambda gen: (m, n), dtype)
-
-    def show(got, expected):
-        return [("yours:", repr(got))]
-
-    return run_trial(fn, case, (m, n, dtype), title=f"fused_add_rms_norm_traffic{(m, n, dtype)!r}".replace("torch.", ""), show=show)
+    inputs = (m, n, dtype)
+    return TRAFFIC.trial(fn, inputs, title=f"fused_add_rms_norm_traffic{inputs!r}".replace("torch.", ""), show=_show_returned)

@@ -2,8 +2,9 @@
 row, looping over a long row in blocks, and a transpose into a new tensor, tile by tile.
 
 Each exercise has a float64 reference (``*_ref``), the launcher the notebook gives the learner
-(``launch_*``: grid, block sizes, strides), its cases (``*_cases``), its check (``check_*``), and
-the guarded run of the notebook's "try it" cell (``try_*``).
+(``launch_*``: grid, block sizes, strides), its cases (``*_cases``), and the guarded run of the
+notebook's "try it" cell (``try_*``); its check (``check_*``) comes from its row in
+:mod:`tritonforge.exercise.registry`.
 """
 
 from __future__ import annotations
@@ -15,25 +16,42 @@ import torch
 from tritonforge._triton import triton
 from tritonforge.exercise.core import (
     Case,
-    Report,
+    CaseTemplate,
     Trial,
     Verdict,
     ViewSpec,
-    changed,
-    check,
-    compare_tensors,
+    compare_output,
     element_map,
-    format_values,
     guarded,
     kernel_device,
     poisoned_output,
     require_kernel,
-    run_trial,
-    snapshot,
-    synchronize,
-    with_picture,
+    require_unit_column_stride,
+    run_one_output,
+    show_values,
 )
 from tritonforge.reference import TOLERANCE
+
+__all__ = [
+    "BIAS_RELU_BLOCK_M",
+    "BIAS_RELU_BLOCK_N",
+    "ROW_MAX_BLOCK_N",
+    "ROW_MAX_SENTINEL",
+    "TRANSPOSE_BLOCK_M",
+    "TRANSPOSE_BLOCK_N",
+    "bias_relu_2d_cases",
+    "bias_relu_2d_ref",
+    "launch_bias_relu_2d",
+    "launch_row_max",
+    "launch_transpose",
+    "row_max_cases",
+    "row_max_ref",
+    "transpose_cases",
+    "transpose_ref",
+    "try_bias_relu_2d",
+    "try_row_max",
+    "try_transpose",
+]
 
 # ----------------------------------------------------------------------------------------------
 # Exercise 2a (chapter 2): bias + ReLU over a strided 2-D view
@@ -80,27 +98,16 @@ def _bias_relu_guard(x: torch.Tensor, bias: torch.Tensor, strides, offset: int =
 
 
 def _bias_relu_run(fn, inp: dict) -> dict:
-    x, bias = inp["x"], inp["bias"]
-    out = poisoned_output(tuple(x.view.shape), x.view.dtype, margin=BIAS_RELU_MARGIN, device=x.view.device.type)
-    before = snapshot(x, bias)
-    launch_bias_relu_2d(fn, x.view, bias.view, out.view)
-    synchronize(out.view)
-    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, bias), before), "guard": out}
+    x = inp["x"].view
+    out = poisoned_output(tuple(x.shape), x.dtype, margin=BIAS_RELU_MARGIN, device=x.device.type)
+    return run_one_output(launch_bias_relu_2d, fn, (inp["x"], inp["bias"]), out)
 
 
-def _bias_relu_case_of(name: str, inputs) -> Case:
-    def compare(got, exp, inp):
-        rtol = TOLERANCE[inp["x"].view.dtype]
-        verdict = compare_tensors(got, exp, rtol=rtol)
-        return with_picture(verdict, lambda: element_map(got["guard"], exp, rtol=rtol, name="out"), got["guard"])
-
-    return Case(
-        name=name,
-        inputs=inputs,
-        run=_bias_relu_run,
-        expected=lambda inp: bias_relu_2d_ref(inp["x"].view, inp["bias"].view),
-        compare=compare,
-    )
+BIAS_RELU = CaseTemplate(
+    run=_bias_relu_run,
+    expected=lambda inp: bias_relu_2d_ref(inp["x"].view, inp["bias"].view),
+    compare=lambda got, exp, inp: compare_output(got, exp, rtol=TOLERANCE[inp["x"].view.dtype]),
+)
 
 
 def _bias_relu_case(name: str, spec: ViewSpec) -> Case:
@@ -111,7 +118,7 @@ def _bias_relu_case(name: str, spec: ViewSpec) -> Case:
         bias = torch.randn(N, generator=gen).to(spec.dtype)
         return _bias_relu_guard(x, bias, spec.strides, spec.offset)
 
-    return _bias_relu_case_of(name, inputs)
+    return BIAS_RELU.case(name, inputs)
 
 
 def bias_relu_2d_cases() -> list[Case]:
@@ -126,21 +133,11 @@ def bias_relu_2d_cases() -> list[Case]:
     ]
 
 
-def check_bias_relu_2d(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 2a: the learner's ``bias_relu_2d_kernel`` on views with awkward shapes and strides."""
-    return check(kernel, bias_relu_2d_cases(), title="bias_relu_2d_kernel", seed=seed)
-
-
-def _show_out(got: dict, expected: torch.Tensor) -> list[tuple[str, str]]:
-    return [("yours:", format_values(got["out"])), ("expected:", format_values(expected))]
-
-
 def try_bias_relu_2d(kernel, x: torch.Tensor, bias: torch.Tensor) -> Trial:
     """Exercise 2a's "try it": the kernel on copies of ``x`` (same strides) and ``bias`` inside
     NaN-padded buffers, ``out`` poisoned with NaN; shows yours, the answer and the verdict."""
     inputs = _bias_relu_guard(x.detach().cpu(), bias.detach().cpu(), x.stride())
-    case = _bias_relu_case_of("try", lambda gen: inputs)
-    return run_trial(kernel, case, inputs, title=f"bias_relu_2d_kernel on x {list(x.shape)}, strides {x.stride()}", show=_show_out)
+    return BIAS_RELU.trial(kernel, inputs, title=f"bias_relu_2d_kernel on x {list(x.shape)}, strides {x.stride()}", show=show_values)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -158,8 +155,7 @@ def launch_row_max(kernel, x: torch.Tensor, out: Optional[torch.Tensor] = None) 
     """The given launcher of exercise 2b: one program per row, ``BLOCK_N = 32`` columns at a time;
     x's rows may be strided (``stride_xm``), its columns have unit stride."""
     require_kernel(kernel)
-    if x.stride(1) != 1 and x.shape[1] > 1:
-        raise ValueError("x must have unit column stride in this exercise")
+    require_unit_column_stride("x", x)
     M, N = x.shape
     if out is None:
         out = torch.empty(M, dtype=x.dtype, device=x.device)
@@ -181,26 +177,22 @@ def _row_max_guard(values: torch.Tensor, strides, offset: int = 0) -> Any:
 
 def _row_max_run(fn, x) -> dict:
     out = poisoned_output((x.view.shape[0],), x.view.dtype, margin=(ROW_MAX_BLOCK_N,), device=x.view.device.type)
-    before = snapshot(x)
-    launch_row_max(fn, x.view, out.view)
-    synchronize(out.view)
-    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x,), before), "guard": out}
+    return run_one_output(launch_row_max, fn, (x,), out)
+
+
+ROW_MAX_HINT = (
+    f"{ROW_MAX_SENTINEL:g} is the value the check puts around each row: a load read past the end of a row "
+    "(or before its start); mask every load with start + cols < N"
+)
 
 
 def _compare_row_max(got: dict, expected: torch.Tensor, x) -> Verdict:
-    verdict = compare_tensors(got, expected, rtol=0.0)  # a max is exact
-    if not verdict.passed and bool((got["out"].detach().double().cpu() == ROW_MAX_SENTINEL).any()):
-        hint = (
-            f"{ROW_MAX_SENTINEL:g} is the value the check puts around each row: a load read past the end of a row "
-            "(or before its start); mask every load with start + cols < N"
-        )
-        verdict = Verdict(False, verdict.error, f"{verdict.detail}. {hint}")
-    # one character per row's maximum: which rows are wrong, and writes past the last one
-    return with_picture(verdict, lambda: element_map(got["guard"], expected, rtol=0.0, name="out"), got["guard"])
+    # a max is exact; the picture has one character per row's maximum: which rows are wrong, and writes past the last one
+    read_past = bool((got["out"].detach().double().cpu() == ROW_MAX_SENTINEL).any())
+    return compare_output(got, expected, rtol=0.0, hint=ROW_MAX_HINT if read_past else "")
 
 
-def _row_max_case_of(name: str, inputs) -> Case:
-    return Case(name=name, inputs=inputs, run=_row_max_run, expected=lambda x: row_max_ref(x.view), compare=_compare_row_max)
+ROW_MAX = CaseTemplate(run=_row_max_run, expected=lambda x: row_max_ref(x.view), compare=_compare_row_max)
 
 
 def _row_max_case(name: str, spec: ViewSpec, *, negative: bool, max_at: Optional[str] = None) -> Case:
@@ -215,7 +207,7 @@ def _row_max_case(name: str, spec: ViewSpec, *, negative: bool, max_at: Optional
             values[:, col] = values.amax(dim=1) + 0.5
         return _row_max_guard(values.to(spec.dtype), spec.strides, spec.offset)
 
-    return _row_max_case_of(name, inputs)
+    return ROW_MAX.case(name, inputs)
 
 
 def row_max_cases() -> list[Case]:
@@ -232,17 +224,10 @@ def row_max_cases() -> list[Case]:
     ]
 
 
-def check_row_max(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 2b: the learner's ``row_max_kernel`` on rows that are long, odd, negative, strided."""
-    return check(kernel, row_max_cases(), title="row_max_kernel", seed=seed)
-
-
 def try_row_max(kernel, x: torch.Tensor) -> Trial:
     """Exercise 2b's "try it": the kernel on a copy of ``x`` (same strides) surrounded by
     :data:`ROW_MAX_SENTINEL`, ``out`` poisoned with NaN; shows yours, the answer and the verdict."""
-    inputs = _row_max_guard(x.detach().cpu(), x.stride())
-    case = _row_max_case_of("try", lambda gen: inputs)
-    return run_trial(kernel, case, inputs, title=f"row_max_kernel on x {list(x.shape)}", show=_show_out)
+    return ROW_MAX.trial(kernel, _row_max_guard(x.detach().cpu(), x.stride()), title=f"row_max_kernel on x {list(x.shape)}", show=show_values)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -299,23 +284,14 @@ def _transpose_run(fn, x) -> dict:
     row_stride = M + TRANSPOSE_OUT_MARGIN[1]  # wider than out's rows: a kernel must use the strides it is given
     nan = torch.full((N, M), float("nan"), dtype=x.view.dtype)
     out = guarded(nan, (row_stride, 1), margin=TRANSPOSE_OUT_MARGIN, device=x.view.device.type, min_size=_room((N, M), (row_stride, 1)))
-    before = snapshot(x)
-    launch_transpose(fn, x.view, out.view)
-    synchronize(out.view)
-    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x,), before), "guard": out}
+    return run_one_output(launch_transpose, fn, (x,), out)
 
 
-def _transpose_picture(got: dict, expected: torch.Tensor) -> str:
-    return element_map(got["guard"], expected, rtol=0.0, name="out")
-
-
-def _compare_transpose(got: dict, expected: torch.Tensor, x) -> Verdict:
-    verdict = compare_tensors(got, expected, rtol=0.0)  # a transpose moves values: exact
-    return with_picture(verdict, lambda: _transpose_picture(got, expected), got["guard"])
-
-
-def _transpose_case_of(name: str, inputs) -> Case:
-    return Case(name=name, inputs=inputs, run=_transpose_run, expected=lambda x: transpose_ref(x.view), compare=_compare_transpose)
+TRANSPOSE = CaseTemplate(
+    run=_transpose_run,
+    expected=lambda x: transpose_ref(x.view),
+    compare=lambda got, expected, x: compare_output(got, expected, rtol=0.0),  # a transpose moves values: exact
+)
 
 
 def _transpose_case(name: str, spec: ViewSpec) -> Case:
@@ -325,7 +301,7 @@ def _transpose_case(name: str, spec: ViewSpec) -> Case:
         values = (torch.randperm(M * N, generator=gen).reshape(M, N).double() + 1) / 64
         return _transpose_guard(values.to(spec.dtype), spec.strides, spec.offset)
 
-    return _transpose_case_of(name, inputs)
+    return TRANSPOSE.case(name, inputs)
 
 
 def transpose_cases() -> list[Case]:
@@ -343,20 +319,13 @@ def transpose_cases() -> list[Case]:
     ]
 
 
-def check_transpose(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 2c: the learner's ``transpose_kernel`` writes ``x.T`` into a new tensor, from views
-    with awkward shapes and strides; a failed case comes with a picture of the output."""
-    return check(kernel, transpose_cases(), title="transpose_kernel", seed=seed)
-
-
 def try_transpose(kernel, x: torch.Tensor) -> Trial:
     """Exercise 2c's "try it": the kernel on a copy of ``x`` (same strides) inside a NaN-padded
     buffer, ``out`` (``[N, M]``) poisoned with NaN; shows yours, the answer, a picture of which
     elements are right, wrong or never written, and the verdict."""
-    inputs = _transpose_guard(x.detach().cpu(), x.stride())
-    case = _transpose_case_of("try", lambda gen: inputs)
 
     def show(got, expected):
-        return [*_show_out(got, expected), ("picture:", _transpose_picture(got, expected))]
+        return [*show_values(got, expected), ("picture:", element_map(got["guard"], expected, rtol=0.0, name="out"))]
 
-    return run_trial(kernel, case, inputs, title=f"transpose_kernel on x {list(x.shape)}, strides {x.stride()}", show=show)
+    title = f"transpose_kernel on x {list(x.shape)}, strides {x.stride()}"
+    return TRANSPOSE.trial(kernel, _transpose_guard(x.detach().cpu(), x.stride()), title=title, show=show)

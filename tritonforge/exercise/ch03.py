@@ -14,27 +14,47 @@ import torch
 from tritonforge._triton import triton
 from tritonforge.exercise.core import (
     Case,
-    Report,
+    CaseTemplate,
     Trial,
     Verdict,
     ViewSpec,
-    changed,
-    check,
+    compare_output,
     compare_tensors,
+    dtype_name,
     element_map,
     guarded,
     kernel_device,
+    largest_difference,
     poisoned_output,
     require_kernel,
     require_unit_column_stride,
-    run_trial,
-    snapshot,
-    synchronize,
+    run_guarded,
+    run_one_output,
     with_hint,
     with_picture,
 )
 from tritonforge.kernel_utils import round_bf16_by_hand
 from tritonforge.reference import TOLERANCE, rms_norm_ref
+
+__all__ = [
+    "FUSED_ADD_MAX_MISMATCH",
+    "FUSED_ADD_RMS_NORM_EPS",
+    "LAYER_NORM_EPS",
+    "RMS_NORM_LONG_ROWS_BLOCK_N",
+    "RMS_NORM_LONG_ROWS_EPS",
+    "fused_add_rms_norm_cases",
+    "fused_add_rms_norm_ref",
+    "launch_fused_add_rms_norm",
+    "launch_layer_norm_fwd",
+    "launch_rms_norm_long_rows",
+    "layer_norm_fwd_cases",
+    "layer_norm_ref",
+    "rms_norm_long_rows_cases",
+    "rms_norm_long_rows_ref",
+    "try_fused_add_rms_norm",
+    "try_layer_norm_fwd",
+    "try_rms_norm_long_rows",
+]
 
 # ----------------------------------------------------------------------------------------------
 # Exercise 3a (chapter 3): LayerNorm forward, one row per program
@@ -79,33 +99,19 @@ def _layer_norm_guard(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
 
 
 def _layer_norm_run(fn, inp: dict) -> dict:
-    x, weight, bias = inp["x"], inp["weight"], inp["bias"]
-    M, N = x.view.shape
-    out = poisoned_output((M, N), x.view.dtype, margin=(1, triton.next_power_of_2(N) + 1), device=x.view.device.type)
-    before = snapshot(x, weight, bias)
-    launch_layer_norm_fwd(fn, x.view, weight.view, bias.view, out.view)
-    synchronize(out.view)
-    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, weight, bias), before), "guard": out}
+    M, N = inp["x"].view.shape
+    out = poisoned_output((M, N), inp["x"].view.dtype, margin=(1, triton.next_power_of_2(N) + 1), device=inp["x"].view.device.type)
+    return run_one_output(launch_layer_norm_fwd, fn, (inp["x"], inp["weight"], inp["bias"]), out)
 
 
-def _rows_picture(verdict: Verdict, got: dict, expected: torch.Tensor, rtol: float) -> Verdict:
-    """A failed row-wise verdict with a picture of ``y``, a line per row (long rows folded), in its margin."""
-    guard = got["guard"]
-    return with_picture(verdict, lambda: element_map(guard, expected, rtol=rtol, name="y"), guard)
+def _layer_norm_template(*, rtol: Optional[float] = None, hint: str = "") -> CaseTemplate:
+    """Exercise 3a's cases with their budget (``TOLERANCE`` of x's dtype unless given) and hint."""
 
-
-def _layer_norm_case_of(name: str, inputs, *, rtol: Optional[float] = None, hint: str = "", dtype: Optional[torch.dtype] = None) -> Case:
     def compare(got, exp, inp):
-        tol = TOLERANCE[inp["x"].view.dtype] if rtol is None else rtol
-        return _rows_picture(with_hint(compare_tensors(got, exp, rtol=tol), hint), got, exp, tol)
+        return compare_output(got, exp, rtol=TOLERANCE[inp["x"].view.dtype] if rtol is None else rtol, name="y", hint=hint)
 
-    return Case(
-        name=name,
-        inputs=inputs,
-        run=_layer_norm_run,
-        expected=lambda inp: layer_norm_ref(inp["x"].view, inp["weight"].view, inp["bias"].view),
-        compare=compare,
-        dtype=dtype,
+    return CaseTemplate(
+        run=_layer_norm_run, expected=lambda inp: layer_norm_ref(inp["x"].view, inp["weight"].view, inp["bias"].view), compare=compare
     )
 
 
@@ -121,7 +127,7 @@ def _layer_norm_case(
         bias = torch.randn(N, generator=gen)
         return _layer_norm_guard(values.to(spec.dtype), weight.to(spec.dtype), bias.to(spec.dtype), spec.strides, spec.offset)
 
-    return _layer_norm_case_of(name, inputs, rtol=rtol, hint=hint, dtype=spec.dtype)
+    return _layer_norm_template(rtol=rtol, hint=hint).case(name, inputs, dtype=spec.dtype)
 
 
 LAYER_NORM_CENTERED_HINT = (
@@ -162,27 +168,17 @@ def layer_norm_fwd_cases() -> list[Case]:
     ]
 
 
-def check_layer_norm_fwd(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 3a: the learner's ``layer_norm_fwd_kernel`` on odd, strided, large-mean and 16-bit rows."""
-    return check(kernel, layer_norm_fwd_cases(), title="layer_norm_fwd_kernel", seed=seed)
-
-
-def _max_difference(got: torch.Tensor, expected: torch.Tensor) -> str:
-    diff = (got.detach().double().cpu() - expected.double().cpu()).abs()
-    return "nan (some elements were never written)" if bool(diff.isnan().any()) else f"{float(diff.max()):.3g}"
-
-
 def try_layer_norm_fwd(kernel, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> Trial:
     """Exercise 3a's "try it": the kernel on copies of ``x`` (same row stride), ``weight`` and
     ``bias`` inside NaN-padded buffers, ``y`` poisoned with NaN; shows the largest difference
     from the float64 LayerNorm and the verdict."""
     inputs = _layer_norm_guard(x.detach().cpu(), weight.detach().cpu(), bias.detach().cpu(), x.stride())
-    case = _layer_norm_case_of("try", lambda gen: inputs)
 
     def show(got, expected):
-        return [("max |y − layer_norm(x)|:", _max_difference(got["out"], expected))]
+        return [("max |y − layer_norm(x)|:", largest_difference(got["out"], expected))]
 
-    return run_trial(kernel, case, inputs, title=f"layer_norm_fwd_kernel on x {list(x.shape)}, row stride {x.stride(0)}", show=show)
+    title = f"layer_norm_fwd_kernel on x {list(x.shape)}, row stride {x.stride(0)}"
+    return _layer_norm_template().trial(kernel, inputs, title=title, show=show)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -296,21 +292,18 @@ def _fused_add_guard(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tens
 
 
 def _fused_add_run(fn, inp: dict) -> dict:
-    x, residual, weight = inp["x"], inp["residual"], inp["weight"]
-    M, N = x.view.shape
+    x = inp["x"].view
+    M, N = x.shape
     block = triton.next_power_of_2(N)
-    device, dtype = x.view.device.type, x.view.dtype
-    h = poisoned_output((M, N), dtype, margin=(1, block + 1), device=device)
-    y = poisoned_output((M, N), dtype, margin=(1, block + 3), device=device)  # a row stride unlike h's
-    before = snapshot(x, residual, weight)
-    launch_fused_add_rms_norm(fn, x.view, residual.view, weight.view, h.view, y.view)
-    synchronize(y.view)
+    h = poisoned_output((M, N), x.dtype, margin=(1, block + 1), device=x.device.type)
+    y = poisoned_output((M, N), x.dtype, margin=(1, block + 3), device=x.device.type)  # a row stride unlike h's
+    _, inputs_changed = run_guarded(launch_fused_add_rms_norm, fn, (inp["x"], inp["residual"], inp["weight"]), (h, y))
     return {
         "h": h.view,
         "y": y.view,
         "h_outside": h.outside_written(),
         "y_outside": y.outside_written(),
-        "inputs_changed": changed((x, residual, weight), before),
+        "inputs_changed": inputs_changed,
         "h_guard": h,
         "y_guard": y,
     }
@@ -345,7 +338,7 @@ def _fused_add_case(name: str, spec: _RowsSpec, *, x_scale: float = 1.0, residua
     def compare(got, expected, inp):
         return with_hint(_compare_fused_add(got, expected, inp), hint)
 
-    return Case(name=name, inputs=inputs, run=_fused_add_run, expected=_fused_add_expected, compare=compare, dtype=spec.dtype)
+    return CaseTemplate(_fused_add_run, _fused_add_expected, compare).case(name, inputs, dtype=spec.dtype)
 
 
 def fused_add_rms_norm_cases() -> list[Case]:
@@ -379,11 +372,6 @@ def fused_add_rms_norm_cases() -> list[Case]:
     ]
 
 
-def check_fused_add_rms_norm(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 3b: the learner's ``fused_add_rms_norm_kernel``: ``h`` bit-exact, ``y`` in the Hugging Face order."""
-    return check(kernel, fused_add_rms_norm_cases(), title="fused_add_rms_norm_kernel", seed=seed)
-
-
 def try_fused_add_rms_norm(kernel, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> Trial:
     """Exercise 3b's "try it": the kernel on copies of ``x``, ``residual`` (same row strides) and
     ``weight`` inside NaN-padded buffers, ``h`` and ``y`` poisoned with NaN; shows how many
@@ -392,8 +380,6 @@ def try_fused_add_rms_norm(kernel, x: torch.Tensor, residual: torch.Tensor, weig
     inputs = _fused_add_guard(
         x.detach().cpu(), residual.detach().cpu(), weight.detach().cpu(), ((x.stride(0), 1), 0), ((residual.stride(0), 1), 0)
     )
-    case = Case("try", lambda gen: inputs, _fused_add_run, _fused_add_expected, _compare_fused_add)
-
     def show(got, expected):
         same_h = float((got["h"].detach().cpu() == expected["h"].cpu()).double().mean())
         same_y = float((got["y"].detach().cpu() == expected["y_hf"].cpu()).double().mean())
@@ -402,7 +388,8 @@ def try_fused_add_rms_norm(kernel, x: torch.Tensor, residual: torch.Tensor, weig
             ("y identical to the unfused reference:", f"{same_y:.0%} of the elements"),
         ]
 
-    return run_trial(kernel, case, inputs, title=f"fused_add_rms_norm_kernel on x {list(x.shape)} {str(x.dtype).replace('torch.', '')}", show=show)
+    title = f"fused_add_rms_norm_kernel on x {list(x.shape)} {dtype_name(x.dtype)}"
+    return CaseTemplate(_fused_add_run, _fused_add_expected, _compare_fused_add).trial(kernel, inputs, title=title, show=show)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -414,6 +401,11 @@ RMS_NORM_LONG_ROWS_BLOCK_N = 32
 of ``N`` columns takes ``cdiv(N, 32)`` blocks, the last one ragged unless 32 divides ``N``."""
 
 RMS_NORM_LONG_ROWS_EPS = 1e-6
+
+
+def rms_norm_long_rows_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = RMS_NORM_LONG_ROWS_EPS) -> torch.Tensor:
+    """Exercise 3c's answer: RMSNorm of each row in float64 (``tritonforge.reference.rms_norm_ref``, upcast)."""
+    return rms_norm_ref(x, weight, eps, upcast=True)
 
 
 def launch_rms_norm_long_rows(
@@ -444,17 +436,9 @@ def _long_rows_guard(x: torch.Tensor, weight: torch.Tensor, x_layout) -> dict:
 
 
 def _long_rows_run(fn, inp: dict) -> dict:
-    x, weight = inp["x"], inp["weight"]
-    M, N = x.view.shape
-    y = poisoned_output((M, N), x.view.dtype, margin=(1, RMS_NORM_LONG_ROWS_BLOCK_N + 3), device=x.view.device.type)
-    before = snapshot(x, weight)
-    launch_rms_norm_long_rows(fn, x.view, weight.view, y.view)
-    synchronize(y.view)
-    return {"out": y.view, "outside": y.outside_written(), "inputs_changed": changed((x, weight), before), "guard": y}
-
-
-def _long_rows_expected(inp: dict) -> torch.Tensor:
-    return rms_norm_ref(inp["x"].view, inp["weight"].view, RMS_NORM_LONG_ROWS_EPS, upcast=True)
+    M, N = inp["x"].view.shape
+    y = poisoned_output((M, N), inp["x"].view.dtype, margin=(1, RMS_NORM_LONG_ROWS_BLOCK_N + 3), device=inp["x"].view.device.type)
+    return run_one_output(launch_rms_norm_long_rows, fn, (inp["x"], inp["weight"]), y)
 
 
 RMS_NORM_LONG_ROWS_HINT = (
@@ -463,9 +447,11 @@ RMS_NORM_LONG_ROWS_HINT = (
 )
 
 
-def _compare_long_rows(got, expected, inp) -> Verdict:
-    rtol = TOLERANCE[inp["x"].view.dtype]
-    return _rows_picture(with_hint(compare_tensors(got, expected, rtol=rtol), RMS_NORM_LONG_ROWS_HINT), got, expected, rtol)
+LONG_ROWS = CaseTemplate(
+    run=_long_rows_run,
+    expected=lambda inp: rms_norm_long_rows_ref(inp["x"].view, inp["weight"].view),
+    compare=lambda got, exp, inp: compare_output(got, exp, rtol=TOLERANCE[inp["x"].view.dtype], name="y", hint=RMS_NORM_LONG_ROWS_HINT),
+)
 
 
 def _long_rows_case(name: str, spec: _RowsSpec, *, scale: float = 1.0) -> Case:
@@ -477,7 +463,7 @@ def _long_rows_case(name: str, spec: _RowsSpec, *, scale: float = 1.0) -> Case:
         stride, offset = spec.x_layout
         return _long_rows_guard(x, weight, (stride or N, offset))
 
-    return Case(name=name, inputs=inputs, run=_long_rows_run, expected=_long_rows_expected, compare=_compare_long_rows, dtype=spec.dtype)
+    return LONG_ROWS.case(name, inputs, dtype=spec.dtype)
 
 
 def rms_norm_long_rows_cases() -> list[Case]:
@@ -494,18 +480,12 @@ def rms_norm_long_rows_cases() -> list[Case]:
     ]
 
 
-def check_rms_norm_long_rows(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 3c: the learner's ``rms_norm_long_rows_kernel`` with ``BLOCK_N = 32`` on rows of 1 to 300."""
-    return check(kernel, rms_norm_long_rows_cases(), title="rms_norm_long_rows_kernel", seed=seed)
-
-
 def try_rms_norm_long_rows(kernel, x: torch.Tensor, weight: torch.Tensor) -> Trial:
     """Exercise 3c's "try it": the kernel (``BLOCK_N = 32``) on a copy of ``x`` (same row stride)
     and ``weight`` inside NaN-padded buffers, ``y`` poisoned with NaN; shows, per block of 32
     columns, whether it was written and right, the largest difference from the float64 RMSNorm,
     and the verdict."""
     inputs = _long_rows_guard(x.detach().cpu(), weight.detach().cpu(), (x.stride(0), 0))
-    case = Case("try", lambda gen: inputs, _long_rows_run, _long_rows_expected, _compare_long_rows)
 
     def show(got, expected):
         out, exp = got["out"].detach().double().cpu(), expected.cpu()
@@ -514,7 +494,7 @@ def try_rms_norm_long_rows(kernel, x: torch.Tensor, weight: torch.Tensor) -> Tri
         for start in range(0, out.shape[1], RMS_NORM_LONG_ROWS_BLOCK_N):
             o, e = out[:, start : start + RMS_NORM_LONG_ROWS_BLOCK_N], exp[:, start : start + RMS_NORM_LONG_ROWS_BLOCK_N]
             blocks.append("NaN" if bool(o.isnan().any()) else ("ok" if float((o - e).abs().max()) <= tol else "wrong"))
-        return [("blocks of 32 columns:", " ".join(blocks)), ("max |y − rms_norm(x)|:", _max_difference(got["out"], expected))]
+        return [("blocks of 32 columns:", " ".join(blocks)), ("max |y − rms_norm(x)|:", largest_difference(got["out"], expected))]
 
     title = f"rms_norm_long_rows_kernel on x {list(x.shape)}, BLOCK_N = {RMS_NORM_LONG_ROWS_BLOCK_N}"
-    return run_trial(kernel, case, inputs, title=title, show=show)
+    return LONG_ROWS.trial(kernel, inputs, title=title, show=show)

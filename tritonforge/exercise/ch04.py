@@ -16,26 +16,42 @@ import torch
 from tritonforge._triton import triton
 from tritonforge.exercise.core import (
     Case,
-    Report,
+    CaseTemplate,
     Trial,
     Verdict,
-    changed,
-    check,
+    compare_output,
     compare_tensors,
+    dtype_name,
     element_map,
     format_values,
     guarded,
     kernel_device,
+    largest_difference,
     poisoned_output,
     require_kernel,
     require_unit_column_stride,
-    run_trial,
-    snapshot,
-    synchronize,
-    with_hint,
+    run_guarded,
+    run_one_output,
+    show_first_rows,
     with_picture,
 )
 from tritonforge.reference import TOLERANCE
+
+__all__ = [
+    "FUSED_ADD_BWD_EPS",
+    "fused_add_rms_norm_backward_cases",
+    "fused_add_rms_norm_function",
+    "fused_add_rms_norm_fwd_ref",
+    "launch_rms_norm_dweight",
+    "launch_rms_norm_dx",
+    "rms_norm_dweight_cases",
+    "rms_norm_dweight_partials_ref",
+    "rms_norm_dx_cases",
+    "rms_norm_dx_ref",
+    "try_fused_add_rms_norm_backward",
+    "try_rms_norm_dweight",
+    "try_rms_norm_dx",
+]
 
 
 def rms_norm_dweight_partials_ref(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, programs: int) -> torch.Tensor:
@@ -125,24 +141,19 @@ def _dweight_guard(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, progra
 
 
 def _dweight_run(fn, inp: dict) -> dict:
-    dy, x, rstd, programs = inp["dy"], inp["x"], inp["rstd"], inp["programs"]
-    N = x.view.shape[1]
-    partial = poisoned_output((programs, N), torch.float32, margin=(1, triton.next_power_of_2(N) + 1), device=x.view.device.type)
-    before = snapshot(dy, x, rstd)
-    dweight, _ = launch_rms_norm_dweight(fn, dy.view, x.view, rstd.view, programs, partial.view)
-    synchronize(dweight)
-    return {
-        "out": partial.view,
-        "dweight": dweight,
-        "outside": partial.outside_written(),
-        "inputs_changed": changed((dy, x, rstd), before),
-        "guard": partial,
-    }
+    x, programs = inp["x"].view, inp["programs"]
+    N = x.shape[1]
+    partial = poisoned_output((programs, N), torch.float32, margin=(1, triton.next_power_of_2(N) + 1), device=x.device.type)
+    (dweight, _), inputs_changed = run_guarded(launch_rms_norm_dweight, fn, (inp["dy"], inp["x"], inp["rstd"]), (partial,), programs)
+    return {"out": partial.view, "dweight": dweight, "outside": partial.outside_written(), "inputs_changed": inputs_changed, "guard": partial}
 
 
 def _dweight_expected(inp: dict) -> dict:
     partial = rms_norm_dweight_partials_ref(inp["dy"].view, inp["x"].view, inp["rstd"].view, inp["programs"])
     return {"partial": partial, "dweight": partial.sum(0)}
+
+
+DWEIGHT = CaseTemplate(_dweight_run, _dweight_expected, _compare_dweight)
 
 
 def _dweight_case(name: str, spec: _DweightSpec) -> Case:
@@ -158,7 +169,7 @@ def _dweight_case(name: str, spec: _DweightSpec) -> Case:
         dy_stride, x_stride = (s or N for s in spec.row_strides)
         return _dweight_guard(dy, x, rstd, spec.programs, dy_stride, x_stride, 3 if x_stride != N else 0)
 
-    return Case(name=name, inputs=inputs, run=_dweight_run, expected=_dweight_expected, compare=_compare_dweight, dtype=spec.dtype)
+    return DWEIGHT.case(name, inputs, dtype=spec.dtype)
 
 
 def rms_norm_dweight_cases() -> list[Case]:
@@ -174,17 +185,11 @@ def rms_norm_dweight_cases() -> list[Case]:
     ]
 
 
-def check_rms_norm_dweight(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 4a: the learner's ``rms_norm_dweight_kernel``: every partial row, then their sum."""
-    return check(kernel, rms_norm_dweight_cases(), title="rms_norm_dweight_kernel", seed=seed)
-
-
 def try_rms_norm_dweight(kernel, dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, programs: int) -> Trial:
     """Exercise 4a's "try it": the kernel on copies of ``dy``, ``x`` (same row strides) and
     ``rstd`` inside NaN-padded buffers, the ``[programs, N]`` buffer poisoned with NaN; shows
     which partial rows were written, your ``dweight`` next to the answer, and the verdict."""
     inputs = _dweight_guard(dy.detach().cpu(), x.detach().cpu(), rstd.detach().cpu(), programs, dy.stride(0), x.stride(0), 0)
-    case = Case("try", lambda gen: inputs, _dweight_run, _dweight_expected, _compare_dweight)
 
     def show(got, expected):
         written = [not bool(row.isnan().any()) for row in got["out"].detach().cpu()]
@@ -194,7 +199,7 @@ def try_rms_norm_dweight(kernel, dy: torch.Tensor, x: torch.Tensor, rstd: torch.
             ("expected:", format_values(expected["dweight"])),
         ]
 
-    return run_trial(kernel, case, inputs, title=f"rms_norm_dweight_kernel, M = {x.shape[0]}, P = {programs}", show=show)
+    return DWEIGHT.trial(kernel, inputs, title=f"rms_norm_dweight_kernel, M = {x.shape[0]}, P = {programs}", show=show)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,17 +252,10 @@ def _dx_guard(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: tor
 
 
 def _dx_run(fn, inp: dict) -> dict:
-    dy, x, weight, rstd = inp["dy"], inp["x"], inp["weight"], inp["rstd"]
-    M, N = x.view.shape
-    dx = poisoned_output((M, N), x.view.dtype, margin=(1, triton.next_power_of_2(N) + 2), device=x.view.device.type)  # its own row stride
-    before = snapshot(dy, x, weight, rstd)
-    launch_rms_norm_dx(fn, dy.view, x.view, weight.view, rstd.view, dx.view)
-    synchronize(dx.view)
-    return {"out": dx.view, "outside": dx.outside_written(), "inputs_changed": changed((dy, x, weight, rstd), before), "guard": dx}
-
-
-def _dx_expected(inp: dict) -> torch.Tensor:
-    return rms_norm_dx_ref(inp["dy"].view, inp["x"].view, inp["weight"].view, inp["rstd"].view)
+    x = inp["x"].view
+    M, N = x.shape
+    dx = poisoned_output((M, N), x.dtype, margin=(1, triton.next_power_of_2(N) + 2), device=x.device.type)  # its own row stride
+    return run_one_output(launch_rms_norm_dx, fn, (inp["dy"], inp["x"], inp["weight"], inp["rstd"]), dx)
 
 
 RMS_NORM_DX_HINT = (
@@ -266,10 +264,11 @@ RMS_NORM_DX_HINT = (
 )
 
 
-def _compare_dx(got, expected, inp) -> Verdict:
-    rtol = TOLERANCE[inp["x"].view.dtype]
-    verdict = with_hint(compare_tensors(got, expected, rtol=rtol), RMS_NORM_DX_HINT)
-    return with_picture(verdict, lambda: element_map(got["guard"], expected, rtol=rtol, name="dx"), got["guard"])
+DX = CaseTemplate(
+    run=_dx_run,
+    expected=lambda inp: rms_norm_dx_ref(inp["dy"].view, inp["x"].view, inp["weight"].view, inp["rstd"].view),
+    compare=lambda got, exp, inp: compare_output(got, exp, rtol=TOLERANCE[inp["x"].view.dtype], name="dx", hint=RMS_NORM_DX_HINT),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,7 +305,7 @@ def _dx_case(name: str, spec: _DxSpec) -> Case:
 
         return _dx_guard(dy, x, weight, rstd, layout(spec.dy_layout), layout(spec.x_layout))
 
-    return Case(name=name, inputs=inputs, run=_dx_run, expected=_dx_expected, compare=_compare_dx, dtype=spec.dtype)
+    return DX.case(name, inputs, dtype=spec.dtype)
 
 
 def rms_norm_dx_cases() -> list[Case]:
@@ -322,30 +321,20 @@ def rms_norm_dx_cases() -> list[Case]:
     ]
 
 
-def check_rms_norm_dx(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 4b: the learner's ``rms_norm_dx_kernel`` against the boxed formula in float64."""
-    return check(kernel, rms_norm_dx_cases(), title="rms_norm_dx_kernel", seed=seed)
-
-
 def try_rms_norm_dx(kernel, dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor) -> Trial:
     """Exercise 4b's "try it": the kernel on copies of ``dy``, ``x`` (same row strides), ``weight``
     and ``rstd`` inside NaN-padded buffers, ``dx`` poisoned with NaN; shows the first row of your
     ``dx`` next to the float64 formula's, the largest difference, and the verdict."""
-    inputs = _dx_guard(
-        dy.detach().cpu(), x.detach().cpu(), weight.detach().cpu(), rstd.detach().cpu(), (dy.stride(0), 0), (x.stride(0), 0)
-    )
-    case = Case("try", lambda gen: inputs, _dx_run, _dx_expected, _compare_dx)
+    tensors = (t.detach().cpu() for t in (dy, x, weight, rstd))
+    inputs = _dx_guard(*tensors, (dy.stride(0), 0), (x.stride(0), 0))
 
     def show(got, expected):
-        diff = (got["out"].detach().double().cpu() - expected.cpu()).abs()
-        largest = "nan (some elements were never written)" if bool(diff.isnan().any()) else f"{float(diff.max()):.3g}"
         return [
-            ("yours, row 0:", format_values(got["out"][0])),
-            ("expected, row 0:", format_values(expected[0])),
-            ("max |dx − formula|:", largest),
+            *show_first_rows(got, expected),
+            ("max |dx − formula|:", largest_difference(got["out"], expected)),
         ]
 
-    return run_trial(kernel, case, inputs, title=f"rms_norm_dx_kernel on x {list(x.shape)} {str(x.dtype).replace('torch.', '')}", show=show)
+    return DX.trial(kernel, inputs, title=f"rms_norm_dx_kernel on x {list(x.shape)} {dtype_name(x.dtype)}", show=show)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -512,8 +501,11 @@ def _compare_bwd(got, expected, inp) -> Verdict:
     return with_picture(verdict, lambda: _bwd_picture(got, expected)) if errors else verdict
 
 
+BACKWARD = CaseTemplate(_bwd_run, _bwd_expected, _compare_bwd)
+
+
 def _bwd_case(name: str, spec: _BwdSpec) -> Case:
-    return Case(name=name, inputs=lambda gen: _bwd_inputs(spec, gen), run=_bwd_run, expected=_bwd_expected, compare=_compare_bwd, dtype=torch.float64)
+    return BACKWARD.case(name, lambda gen: _bwd_inputs(spec, gen), dtype=torch.float64)
 
 
 def fused_add_rms_norm_backward_cases() -> list[Case]:
@@ -529,12 +521,6 @@ def fused_add_rms_norm_backward_cases() -> list[Case]:
     ]
 
 
-def check_fused_add_rms_norm_backward(backward, *, seed: Optional[int] = None) -> Report:
-    """Exercise 4c: the learner's ``fused_add_rms_norm_backward`` against autograd of the float64
-    reference, and through ``torch.autograd.gradcheck``."""
-    return check(backward, fused_add_rms_norm_backward_cases(), title="fused_add_rms_norm_backward", seed=seed)
-
-
 def try_fused_add_rms_norm_backward(backward, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, seed: int = 0) -> Trial:
     """Exercise 4c's "try it": ``(h, y)`` of the Function with your ``backward`` on float64 copies
     of the inputs, the loss ``Σ dh·h + Σ dy·y`` with random ``dh`` and ``dy`` (from ``seed``); shows
@@ -546,7 +532,6 @@ def try_fused_add_rms_norm_backward(backward, x: torch.Tensor, residual: torch.T
         "x": x, "residual": residual, "weight": weight, "loss": "both", "gradcheck": False,
         "dh": torch.randn(x.shape, generator=gen, **f64), "dy": torch.randn(x.shape, generator=gen, **f64),
     }  # fmt: skip
-    case = Case("try", lambda gen: inputs, _bwd_run, _bwd_expected, _compare_bwd)
 
     def show(got, expected):
         rows = []
@@ -555,4 +540,4 @@ def try_fused_add_rms_norm_backward(backward, x: torch.Tensor, residual: torch.T
             rows.append((f"max |{name} − autograd|:", text))
         return rows
 
-    return run_trial(backward, case, inputs, title=f"fused_add_rms_norm_backward on x {list(x.shape)}", show=show)
+    return BACKWARD.trial(backward, inputs, title=f"fused_add_rms_norm_backward on x {list(x.shape)}", show=show)

@@ -31,45 +31,50 @@ import torch
 from tritonforge._triton import triton
 from tritonforge.exercise.core import (
     Case,
+    CaseTemplate,
     Guarded,
-    Report,
     Trial,
     Verdict,
-    changed,
-    check,
     compare_tensors,
     dtype_name,
     element_map,
-    format_values,
     guarded,
     kernel_device,
     largest_difference,
     matches,
-    quiet,
     require_kernel,
-    run_trial,
-    snapshot,
-    synchronize,
+    run_guarded,
+    run_one_output,
+    show_first_rows,
+    written_outside,
 )
 from tritonforge.reference import TOLERANCE
+
+__all__ = [
+    "GLU_BLOCK_N",
+    "MATMUL_BLOCK_K",
+    "MATMUL_BLOCK_M",
+    "MATMUL_BLOCK_N",
+    "geglu_cases",
+    "geglu_ref",
+    "gelu_tanh_ref",
+    "launch_geglu",
+    "launch_matmul_bias_silu",
+    "launch_swiglu_bwd",
+    "matmul_bias_silu_cases",
+    "matmul_bias_silu_ref",
+    "swiglu_bwd_cases",
+    "swiglu_grads_ref",
+    "try_geglu",
+    "try_matmul_bias_silu",
+    "try_swiglu_bwd",
+]
 
 GLU_BLOCK_N = 32
 """The column block of exercises 5a and 5b, fixed by their launchers: a row of ``N`` columns is
 ``cdiv(N, 32)`` programs, the last one ragged unless 32 divides ``N``."""
 
 GLU_MARGIN = (1, GLU_BLOCK_N + 1)  # NaN past each row: room for a whole block past the edge
-
-
-def _outside(buffer: torch.Tensor, views: Sequence[torch.Tensor]) -> int:
-    """Elements of ``buffer`` written (not NaN) outside every one of ``views`` (outputs that share
-    one allocation, such as the two halves of one gradient)."""
-    inside = torch.zeros(buffer.numel(), dtype=torch.bool, device=buffer.device)
-    for view in views:
-        idx = torch.zeros((), dtype=torch.long, device=buffer.device) + view.storage_offset()
-        for size, stride in zip(view.shape, view.stride()):
-            idx = (idx.unsqueeze(-1) + torch.arange(size, device=buffer.device) * stride).reshape(-1)
-        inside[idx] = True
-    return int((~torch.isnan(buffer[~inside])).sum())
 
 
 def _place(values: Sequence[torch.Tensor], layout: Sequence[tuple[int, int]], *, halves: bool, margin=GLU_MARGIN) -> list[Guarded]:
@@ -185,13 +190,10 @@ def launch_geglu(kernel, gate: torch.Tensor, up: torch.Tensor, out: Optional[tor
 
 
 def _geglu_run(fn, inp: dict) -> dict:
-    gate, up = inp["gate"], inp["up"]
-    M, N = gate.view.shape
-    (out,) = _poisoned(M, N, gate.view.dtype, 1, halves=False, extra=GLU_BLOCK_N + 2)
-    before = snapshot(gate, up)
-    quiet(launch_geglu, fn, gate.view, up.view, out.view)
-    synchronize(out.view)
-    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((gate, up), before)}
+    gate = inp["gate"].view
+    M, N = gate.shape
+    (out,) = _poisoned(M, N, gate.dtype, 1, halves=False, extra=GLU_BLOCK_N + 2)
+    return run_one_output(launch_geglu, fn, (inp["gate"], inp["up"]), out)
 
 
 def _geglu_expected(inp: dict) -> torch.Tensor:
@@ -229,6 +231,9 @@ def _compare_geglu(got: dict, expected: torch.Tensor, inp: dict) -> Verdict:
     return Verdict(False, verdict.error, f"{verdict.detail}. {hint}")
 
 
+GEGLU = CaseTemplate(_geglu_run, _geglu_expected, _compare_geglu)
+
+
 def _geglu_case(name: str, spec: _GluSpec) -> Case:
     M, N = spec.shape
 
@@ -242,7 +247,7 @@ def _geglu_case(name: str, spec: _GluSpec) -> Case:
         placed = _place([gate, up], layout, halves=spec.halves)
         return {"gate": placed[0], "up": placed[1]}
 
-    return Case(name=name, inputs=inputs, run=_geglu_run, expected=_geglu_expected, compare=_compare_geglu, dtype=spec.dtype)
+    return GEGLU.case(name, inputs, dtype=spec.dtype)
 
 
 def geglu_cases() -> list[Case]:
@@ -259,12 +264,6 @@ def geglu_cases() -> list[Case]:
     ]
 
 
-def check_geglu(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 5a: the learner's ``geglu_kernel`` against ``gelu(gate, approximate="tanh") * up``
-    in float64, with gates up to ±30 in one case."""
-    return check(kernel, geglu_cases(), title="geglu_kernel", seed=seed)
-
-
 def try_geglu(kernel, gate: torch.Tensor, up: torch.Tensor) -> Trial:
     """Exercise 5a's "try it": the kernel on copies of ``gate`` and ``up`` (same row strides) inside
     NaN-padded buffers, ``out`` poisoned with NaN; shows the first row of yours next to the float64
@@ -272,16 +271,14 @@ def try_geglu(kernel, gate: torch.Tensor, up: torch.Tensor) -> Trial:
     gate_c, up_c = gate.detach().cpu(), up.detach().cpu()
     placed = _place([gate_c, up_c], [(gate.stride(0), 0), (up.stride(0), 0)], halves=False)
     inputs = {"gate": placed[0], "up": placed[1]}
-    case = Case("try", lambda gen: inputs, _geglu_run, _geglu_expected, _compare_geglu)
 
     def show(got, expected):
         return [
-            ("yours, row 0:", format_values(got["out"][0])),
-            ("expected, row 0:", format_values(expected[0])),
+            *show_first_rows(got, expected),
             ("max |out − gelu_tanh(gate)·up|:", largest_difference(got["out"], expected)),
         ]
 
-    return run_trial(kernel, case, inputs, title=f"geglu_kernel on gate {list(gate.shape)} {dtype_name(gate.dtype)}", show=show)
+    return GEGLU.trial(kernel, inputs, title=f"geglu_kernel on gate {list(gate.shape)} {dtype_name(gate.dtype)}", show=show)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -328,17 +325,15 @@ def launch_swiglu_bwd(
 
 
 def _bwd_run(fn, inp: dict) -> dict:
-    gate, up, dy = inp["gate"], inp["up"], inp["dy"]
-    M, N = gate.view.shape
-    dgate, dup = _poisoned(M, N, gate.view.dtype, 2, halves=inp["halves"], extra=GLU_BLOCK_N + 2)
-    before = snapshot(gate, up, dy)
-    quiet(launch_swiglu_bwd, fn, gate.view, up.view, dy.view, dgate.view, dup.view)
-    synchronize(dup.view)
+    gate = inp["gate"].view
+    M, N = gate.shape
+    dgate, dup = _poisoned(M, N, gate.dtype, 2, halves=inp["halves"], extra=GLU_BLOCK_N + 2)
+    _, inputs_changed = run_guarded(launch_swiglu_bwd, fn, (inp["gate"], inp["up"], inp["dy"]), (dgate, dup))
     if dgate.buffer is dup.buffer:  # side by side in one buffer: a write past either is outside both
-        outside = {"both": _outside(dup.buffer, (dgate.view, dup.view))}
+        outside = {"both": written_outside(dup.buffer, (dgate.view, dup.view))}
     else:
         outside = {"dgate": dgate.outside_written(), "dup": dup.outside_written()}
-    return {"dgate": dgate.view, "dup": dup.view, "outside": outside, "inputs_changed": changed((gate, up, dy), before)}
+    return {"dgate": dgate.view, "dup": dup.view, "outside": outside, "inputs_changed": inputs_changed}
 
 
 def _bwd_expected(inp: dict) -> dict:
@@ -407,6 +402,9 @@ def _compare_bwd(got: dict, expected: dict, inp: dict) -> Verdict:
     return Verdict(not problems, error, "; ".join(problems))
 
 
+SWIGLU_BWD = CaseTemplate(_bwd_run, _bwd_expected, _compare_bwd)
+
+
 def _bwd_case(name: str, spec: _GluSpec) -> Case:
     M, N = spec.shape
 
@@ -422,7 +420,7 @@ def _bwd_case(name: str, spec: _GluSpec) -> Case:
             gate_g, up_g, dy_g = _place([gate, up, dy], layout, halves=False)
         return {"gate": gate_g, "up": up_g, "dy": dy_g, "halves": spec.halves}
 
-    return Case(name=name, inputs=inputs, run=_bwd_run, expected=_bwd_expected, compare=_compare_bwd, dtype=spec.dtype)
+    return SWIGLU_BWD.case(name, inputs, dtype=spec.dtype)
 
 
 def swiglu_bwd_cases() -> list[Case]:
@@ -444,12 +442,6 @@ def swiglu_bwd_cases() -> list[Case]:
     ]
 
 
-def check_swiglu_bwd(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 5b: the learner's ``swiglu_bwd_kernel``: ``dgate`` and ``dup`` against the float64
-    formulas, with gates up to ±120 in one case."""
-    return check(kernel, swiglu_bwd_cases(), title="swiglu_bwd_kernel", seed=seed)
-
-
 def try_swiglu_bwd(kernel, gate: torch.Tensor, up: torch.Tensor, dy: torch.Tensor) -> Trial:
     """Exercise 5b's "try it": the kernel on copies of ``gate``, ``up`` and ``dy`` (same row
     strides) inside NaN-padded buffers, ``dgate`` and ``dup`` poisoned with NaN; shows the largest
@@ -457,7 +449,6 @@ def try_swiglu_bwd(kernel, gate: torch.Tensor, up: torch.Tensor, dy: torch.Tenso
     tensors = [t.detach().cpu() for t in (gate, up, dy)]
     gate_g, up_g, dy_g = _place(tensors, [(t.stride(0), 0) for t in (gate, up, dy)], halves=False)
     inputs = {"gate": gate_g, "up": up_g, "dy": dy_g, "halves": False}
-    case = Case("try", lambda gen: inputs, _bwd_run, _bwd_expected, _compare_bwd)
 
     def show(got, expected):
         return [
@@ -465,7 +456,7 @@ def try_swiglu_bwd(kernel, gate: torch.Tensor, up: torch.Tensor, dy: torch.Tenso
             ("max |dup − formula|:", largest_difference(got["dup"], expected["dup"])),
         ]
 
-    return run_trial(kernel, case, inputs, title=f"swiglu_bwd_kernel on gate {list(gate.shape)} {dtype_name(gate.dtype)}", show=show)
+    return SWIGLU_BWD.trial(kernel, inputs, title=f"swiglu_bwd_kernel on gate {list(gate.shape)} {dtype_name(gate.dtype)}", show=show)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -542,17 +533,12 @@ def _matmul_guard(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, x_layout, w
 
 
 def _matmul_run(fn, inp: dict) -> dict:
-    x, w, b = inp["x"], inp["w"], inp["b"]
-    M, N = x.view.shape[0], w.view.shape[1]
+    x = inp["x"].view
+    M, N = x.shape[0], inp["w"].view.shape[1]
     row_stride = N + MATMUL_OUT_MARGIN[1]  # wider than out's rows: a kernel must use the strides it is given
-    nan = torch.full((M, N), float("nan"), dtype=x.view.dtype)
-    out = guarded(
-        nan, (row_stride, 1), margin=MATMUL_OUT_MARGIN, device=x.view.device.type, min_size=_room((M, N), (row_stride, 1), 0, MATMUL_OUT_MARGIN)
-    )
-    before = snapshot(x, w, b)
-    quiet(launch_matmul_bias_silu, fn, x.view, w.view, b.view, out.view)
-    synchronize(out.view)
-    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x, w, b), before), "guard": out}
+    nan = torch.full((M, N), float("nan"), dtype=x.dtype)
+    out = guarded(nan, (row_stride, 1), margin=MATMUL_OUT_MARGIN, device=x.device.type, min_size=_room((M, N), (row_stride, 1), 0, MATMUL_OUT_MARGIN))
+    return run_one_output(launch_matmul_bias_silu, fn, (inp["x"], inp["w"], inp["b"]), out)
 
 
 def _matmul_expected(inp: dict) -> torch.Tensor:
@@ -639,15 +625,11 @@ def _matmul_inputs(spec: _MatmulSpec, gen: torch.Generator) -> dict:
     return _matmul_guard(x, w, b, x_layout, w_layout)
 
 
+MATMUL = CaseTemplate(_matmul_run, _matmul_expected, _compare_matmul)
+
+
 def _matmul_case(name: str, spec: _MatmulSpec) -> Case:
-    return Case(
-        name=name,
-        inputs=lambda gen: _matmul_inputs(spec, gen),
-        run=_matmul_run,
-        expected=_matmul_expected,
-        compare=_compare_matmul,
-        dtype=spec.dtype,
-    )
+    return MATMUL.case(name, lambda gen: _matmul_inputs(spec, gen), dtype=spec.dtype)
 
 
 def matmul_bias_silu_cases() -> list[Case]:
@@ -667,12 +649,6 @@ def matmul_bias_silu_cases() -> list[Case]:
     ]
 
 
-def check_matmul_bias_silu(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 5c: the learner's ``matmul_bias_silu_kernel`` against ``silu(x @ w + b)`` in float64
-    on ragged, strided and transposed operands; a failed case comes with a picture of the output."""
-    return check(kernel, matmul_bias_silu_cases(), title="matmul_bias_silu_kernel", seed=seed)
-
-
 def try_matmul_bias_silu(kernel, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> Trial:
     """Exercise 5c's "try it": the kernel on copies of ``x``, ``w`` (same strides) and ``b`` inside
     NaN-padded buffers, ``out`` poisoned with NaN; shows the largest difference from the float64
@@ -680,11 +656,10 @@ def try_matmul_bias_silu(kernel, x: torch.Tensor, w: torch.Tensor, b: torch.Tens
     and the verdict."""
     x_c, w_c, b_c = x.detach().cpu(), w.detach().cpu(), b.detach().cpu()
     inputs = _matmul_guard(x_c, w_c, b_c, (x.stride(), 0), (w.stride(), 0))
-    case = Case("try", lambda gen: inputs, _matmul_run, _matmul_expected, _compare_matmul)
 
     def show(got, expected):
         picture = element_map(got["guard"], expected, rtol=TOLERANCE[x.dtype], margin=MATMUL_OUT_MARGIN)
         return [("max |out − silu(x @ w + b)|:", largest_difference(got["out"], expected)), ("picture:", picture)]
 
     title = f"matmul_bias_silu_kernel on x {list(x.shape)} @ w {list(w.shape)} {dtype_name(x.dtype)}"
-    return run_trial(kernel, case, inputs, title=title, show=show)
+    return MATMUL.trial(kernel, inputs, title=title, show=show)

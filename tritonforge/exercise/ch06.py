@@ -28,12 +28,10 @@ import torch
 from tritonforge._triton import triton
 from tritonforge.exercise.core import (
     Case,
+    CaseTemplate,
     Guarded,
-    Report,
     Trial,
     Verdict,
-    changed,
-    check,
     compare_tensors,
     dtype_name,
     element_map,
@@ -43,15 +41,34 @@ from tritonforge.exercise.core import (
     largest_difference,
     matches,
     poisoned_output,
-    quiet,
     require_kernel,
     require_unit_column_stride,
-    run_trial,
-    snapshot,
-    synchronize,
+    run_guarded,
+    run_one_output,
+    show_first_rows,
     with_picture,
 )
 from tritonforge.reference import TOLERANCE
+
+__all__ = [
+    "CROSS_ENTROPY_BLOCK_N",
+    "IGNORE_INDEX",
+    "LOG_SOFTMAX_BLOCK_N",
+    "cross_entropy_cases",
+    "cross_entropy_ref",
+    "launch_cross_entropy",
+    "launch_log_softmax",
+    "launch_merge_states",
+    "log_softmax_cases",
+    "log_softmax_ref",
+    "merge_block_d",
+    "merge_states_cases",
+    "merge_states_ref",
+    "softmax_state",
+    "try_cross_entropy",
+    "try_log_softmax",
+    "try_merge_states",
+]
 
 NEG_INF = float("-inf")
 
@@ -105,10 +122,7 @@ def _log_softmax_guard(x: torch.Tensor, x_layout) -> Guarded:
 def _log_softmax_run(fn, x: Guarded) -> dict:
     M, N = x.view.shape
     out = poisoned_output((M, N), x.view.dtype, margin=(1, LOG_SOFTMAX_BLOCK_N + 3), device=x.view.device.type)
-    before = snapshot(x)
-    quiet(launch_log_softmax, fn, x.view, out.view)
-    synchronize(out.view)
-    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((x,), before), "guard": out}
+    return run_one_output(launch_log_softmax, fn, (x,), out)
 
 
 def _log_softmax_expected(x: Guarded) -> torch.Tensor:
@@ -122,9 +136,79 @@ LOG_SOFTMAX_HINT = (
 
 
 LOG_SOFTMAX_MASKED_HINT = (
-    "NaN in a row that starts with a block of −inf only: its max is −inf, and exp(−inf − (−inf)) is NaN; "
+    "NaN in a row that starts with a block of −inf only suggests a missing −inf guard: its max is −inf after that block, "
+    "and exp(−inf − (−inf)) is NaN; "
     "shift by 0 while the running max is still −inf (exp(−inf − 0) = 0 adds nothing)"
 )
+
+
+def _row_list(rows: torch.Tensor) -> str:
+    """``rows 2, 3 and 4 of 5`` for a ``[M]`` bool mask."""
+    index = [str(i) for i in rows.nonzero().flatten().tolist()]
+    listed = index[0] if len(index) == 1 else ", ".join(index[:-1]) + " and " + index[-1]
+    return f"row{'s' if len(index) > 1 else ''} {listed} of {rows.numel()}"
+
+
+def _missing_guard(out64: torch.Tensor, expected: torch.Tensor, x: torch.Tensor) -> Optional[str]:
+    """The named mistake when NaN sits in exactly the rows whose first block is all −inf (where an
+    unguarded online max is still −inf after a block), and in no other row; else None."""
+    bad_rows = (out64.isnan() & ~expected.isnan()).any(dim=-1)
+    x64 = x.detach().double().cpu()
+    blank_start = torch.isneginf(x64[:, :LOG_SOFTMAX_BLOCK_N]).all(dim=-1) & ~torch.isneginf(x64).all(dim=-1)
+    if not bool(bad_rows.any()) or not torch.equal(bad_rows, blank_start):
+        return None
+    others = "the other rows are free of NaN" if bool((~blank_start).any()) else "every row of this case starts so"
+    return (
+        f"NaN in the rows whose first block of {LOG_SOFTMAX_BLOCK_N} is all −inf ({_row_list(blank_start)}), "
+        f"and {others}: likely a missing −inf guard. After such a block the running max is still −inf and "
+        "exp(−inf − (−inf)) is NaN; shift by 0 while the running max is still −inf (exp(−inf − 0) = 0 adds nothing)"
+    )
+
+
+def _online_sum_not_rescaled(x: torch.Tensor) -> torch.Tensor:
+    """Known wrong answer: log-softmax with an online sum that keeps each block's terms at the
+    shift of their own block, s = Σ_blocks Σ exp(x − m_block), m_block the running max after it."""
+    x64 = x.detach().double().cpu()
+    m = torch.full(x64.shape[:1], NEG_INF, dtype=torch.float64)
+    s = torch.zeros_like(m)
+    for start in range(0, x64.shape[1], LOG_SOFTMAX_BLOCK_N):
+        block = x64[:, start : start + LOG_SOFTMAX_BLOCK_N]
+        m = torch.maximum(m, block.amax(dim=1))
+        shift = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+        s = s + torch.exp(block - shift[:, None]).sum(dim=1)
+    return x64 - m[:, None] - torch.log(s)[:, None]
+
+
+def _rounded_lse(out64: torch.Tensor, expected: torch.Tensor, x: torch.Tensor, finite: torch.Tensor, rtol: float) -> Optional[str]:
+    """The named mistake when every wrong row is off by one constant along the row, and that
+    constant is what rounding ``m + log s`` to float32 costs at that row (``x − (m + log s)``:
+    the sum rounded to float32's step at ``m``, then subtracted; a float32 neighbour of it is
+    accepted too, for a sum that falls next to a rounding midpoint); else None."""
+    x64 = x.detach().double().cpu()
+    scale = max(1.0, float(expected[finite].abs().max())) if bool(finite.any()) else 1.0
+    tol = rtol * scale
+    diff = torch.where(finite, out64 - expected, torch.zeros_like(out64))
+    if not bool(torch.isfinite(diff).all()):
+        return None
+    wrong = (diff.abs() > tol).any(dim=1) & finite.any(dim=1)
+    if not bool(wrong.any()):
+        return None
+    largest = torch.where(finite, diff, torch.full_like(diff, NEG_INF)).amax(dim=1)
+    smallest = torch.where(finite, diff, torch.full_like(diff, float("inf"))).amin(dim=1)
+    lse = torch.logsumexp(x64, dim=1)  # m + log s, exactly
+    rounded = lse.float()
+    below = torch.nextafter(rounded, torch.full_like(rounded, NEG_INF))
+    above = torch.nextafter(rounded, torch.full_like(rounded, float("inf")))
+    offsets = torch.stack([lse - r.double() for r in (rounded, below, above)])
+    explained = ((offsets - largest).abs() <= 2 * tol).any(dim=0) & ((largest - smallest) <= 2 * tol)
+    if not bool(explained[wrong].all()):
+        return None
+    step = (above - rounded).double()
+    return (
+        f"large-magnitude rows lose precision: each wrong row ({_row_list(wrong)}) is off by one constant, the error of "
+        f"rounding m + log(s) to float32 (whose step there is up to {float(step[wrong].max()):g}), as when out = x − (m + log(s)); "
+        "compute (x − m) − log(s): x − m is exact"
+    )
 
 
 def _compare_infinite(got: torch.Tensor, expected: torch.Tensor) -> tuple[torch.Tensor, Optional[str]]:
@@ -173,24 +257,50 @@ def _compare_log_softmax(got: dict, expected: torch.Tensor, x: Guarded) -> Verdi
         if bool(torch.isinf(expected).any()):
             detail += f". If your kernel does store: {LOG_SOFTMAX_MASKED_HINT}"
         return Verdict(False, float("nan"), detail)
-    hint = _overflow_hint(got["out"], expected, x.view)
-    if hint is None and bool(torch.isinf(expected).any()) and bool(out64.isnan().any()):
-        hint = LOG_SOFTMAX_MASKED_HINT
-    if hint is None and "wrong values" in verdict.detail:
-        if bool((out64[finite] < -ROW_SENTINEL / 2).any()):
-            hint = (
-                f"{ROW_SENTINEL:g} is the value the check puts around each row: a load read past the end of a row "
-                "and took it for the maximum; mask every load with start + cols < N, other=−inf"
-            )
-        elif matches(torch.where(finite, out64, zero), torch.where(finite, expected.exp(), zero), rtol):
-            hint = "this is the softmax, exp(x − m)/s: the exercise asks for its log, x − m − log(s)"
-        else:
-            hint = LOG_SOFTMAX_HINT
-    detail = "; ".join(problems) + (f". {hint}" if hint else "")
+    named = _missing_guard(out64, expected, x.view)
+    if named is not None:  # the symptom names the mistake: say it first, then what else was seen
+        nan = int((out64.isnan() & ~expected.isnan()).sum())
+        seen = [f"{nan} of {out64.numel()} elements NaN"] + [
+            p for p in verdict.detail.split("; ") if not verdict.passed and "are NaN: never written" not in p
+        ]
+        return Verdict(False, float("nan"), f"{named} ({'; '.join(seen)})")
+    else:
+        hint = _log_softmax_hint(out64, expected, x.view, finite, rtol, wrong_values="wrong values" in verdict.detail)
+        detail = "; ".join(problems) + (f". {hint}" if hint else "")
     verdict = Verdict(False, verdict.error, detail)
     if bool(torch.isinf(expected).any()):
         return verdict  # a picture needs finite answers to measure by
     return with_picture(verdict, lambda: element_map(got["guard"], expected, rtol=rtol, name="out"), got["guard"])
+
+
+def _log_softmax_hint(
+    out64: torch.Tensor, expected: torch.Tensor, x: torch.Tensor, finite: torch.Tensor, rtol: float, *, wrong_values: bool
+) -> Optional[str]:
+    """What the symptom suggests, most specific first: exp overflowed, NaN from a block of −inf,
+    the sentinel read past a row, the softmax itself, an online sum not rescaled, ``m + log s``
+    rounded; else the recipe (:data:`LOG_SOFTMAX_HINT`)."""
+    hint = _overflow_hint(out64, expected, x)
+    if hint is None and bool(torch.isinf(expected).any()) and bool(out64.isnan().any()):
+        hint = LOG_SOFTMAX_MASKED_HINT
+    if hint is not None or not wrong_values:
+        return hint
+    zero = torch.zeros_like(expected)
+    if bool((out64[finite] < -ROW_SENTINEL / 2).any()):
+        return (
+            f"{ROW_SENTINEL:g} is the value the check puts around each row: a load read past the end of a row "
+            "and took it for the maximum; mask every load with start + cols < N, other=−inf"
+        )
+    if matches(torch.where(finite, out64, zero), torch.where(finite, expected.exp(), zero), rtol):
+        return "this is the softmax, exp(x − m)/s: the exercise asks for its log, x − m − log(s)"
+    if matches(torch.where(finite, out64, zero), torch.where(finite, _online_sum_not_rescaled(x), zero), rtol):
+        return (
+            "running sum not rescaled when the max grows: the output matches an online sum whose earlier terms keep "
+            "the old max's shift; when a block raises the max from m to m_new, multiply s by exp(m − m_new) before adding the block"
+        )
+    return _rounded_lse(out64, expected, x, finite, rtol) or LOG_SOFTMAX_HINT
+
+
+LOG_SOFTMAX = CaseTemplate(_log_softmax_run, _log_softmax_expected, _compare_log_softmax)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +310,17 @@ class _RowSpec:
     shape: tuple[int, int]
     dtype: torch.dtype = torch.float32
     layout: tuple[int, int] = (0, 0)  # (row stride, offset); 0 means N, 0
-    values: str = "normal"  # "normal", "rising", "huge", "tiny", "left padded"
+    values: str = "normal"  # "normal", "rising", "huge", "tiny", "very large", "left padded", "padded rows"
+
+
+VERY_LARGE_LOGIT = 1.0e7
+"""The rows of one 6a case sit near ``−10⁷``, where float32's step is 1: ``x − m`` is exact, but
+``m + log(s)`` rounds by up to 0.5, thousands of times the tolerance."""
+
+PADDED_PREFIXES = (0, 20, 32, 64, 96)
+"""The −inf columns at the start of each row of one 6a case (N = 100): none; part of the first
+block; exactly one block; two blocks; all but the ragged tail of 4. The last three leave a running
+max at −inf after a block."""
 
 
 def _log_softmax_values(spec: _RowSpec, gen: torch.Generator) -> torch.Tensor:
@@ -212,8 +332,13 @@ def _log_softmax_values(spec: _RowSpec, gen: torch.Generator) -> torch.Tensor:
         x = 10_000.0 + x
     elif spec.values == "tiny":  # exp(x) underflows to 0 at every element
         x = -10_000.0 + x
+    elif spec.values == "very large":  # float32's step is 1 here: m + log(s) rounds by up to 0.5, x − m is exact
+        x = -VERY_LARGE_LOGIT + x
     elif spec.values == "left padded":  # the first 40 columns masked out: the first block holds only −inf
         x[:, :40] = NEG_INF
+    elif spec.values == "padded rows":  # row i starts with PADDED_PREFIXES[i] columns of −inf
+        for row, prefix in enumerate(PADDED_PREFIXES[:M]):
+            x[row, :prefix] = NEG_INF
     return x.to(spec.dtype)
 
 
@@ -224,7 +349,7 @@ def _log_softmax_case(name: str, spec: _RowSpec) -> Case:
         stride, offset = spec.layout
         return _log_softmax_guard(_log_softmax_values(spec, gen), (stride or N, offset))
 
-    return Case(name, inputs, _log_softmax_run, _log_softmax_expected, _compare_log_softmax, dtype=spec.dtype)
+    return LOG_SOFTMAX.case(name, inputs, dtype=spec.dtype)
 
 
 def log_softmax_cases() -> list[Case]:
@@ -236,17 +361,16 @@ def log_softmax_cases() -> list[Case]:
         _log_softmax_case("rising rows 3×150: the max grows in every block", _RowSpec((3, 150), values="rising")),
         _log_softmax_case("values near +10⁴, 4×100: exp(x) overflows", _RowSpec((4, 100), values="huge")),
         _log_softmax_case("values near −10⁴, 3×77: exp(x) underflows to 0", _RowSpec((3, 77), values="tiny")),
+        _log_softmax_case("values near −10⁷, 8×100: float32's step there is 1", _RowSpec((8, 100), values="very large")),
         _log_softmax_case("first 40 columns −inf (a mask), 4×100", _RowSpec((4, 100), values="left padded")),
+        _log_softmax_case(
+            "−inf prefixes of 0, 20, 32, 64, 96 columns, 5×100 (the last row: its ragged tail only)",
+            _RowSpec((5, 100), values="padded rows"),
+        ),
         _log_softmax_case("strided rows 5×77 (row stride 90, offset 3)", _RowSpec((5, 77), layout=(90, 3))),
         _log_softmax_case("float16 6×150", _RowSpec((6, 150), torch.float16)),
         _log_softmax_case("bfloat16 4×90", _RowSpec((4, 90), torch.bfloat16)),
     ]
-
-
-def check_log_softmax(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 6a: the learner's ``log_softmax_kernel`` (``BLOCK_N = 32``) against
-    ``torch.log_softmax`` in float64, on rows of 1 to 150, values near ±10⁴, and masked columns."""
-    return check(kernel, log_softmax_cases(), title="log_softmax_kernel", seed=seed)
 
 
 def _blocks(out: torch.Tensor, expected: torch.Tensor, rtol: float, block: int) -> str:
@@ -272,17 +396,15 @@ def try_log_softmax(kernel, x: torch.Tensor) -> Trial:
     and of ``torch.log_softmax`` in float64, per block of 32 columns whether it is right, and the
     verdict."""
     inputs = _log_softmax_guard(x.detach().cpu(), (x.stride(0), 0))
-    case = Case("try", lambda gen: inputs, _log_softmax_run, _log_softmax_expected, _compare_log_softmax)
 
     def show(got, expected):
         return [
-            ("yours, row 0:", format_values(got["out"][0])),
-            ("expected, row 0:", format_values(expected[0])),
+            *show_first_rows(got, expected),
             ("blocks of 32 columns:", _blocks(got["out"], expected, TOLERANCE[x.dtype], LOG_SOFTMAX_BLOCK_N)),
         ]
 
     title = f"log_softmax_kernel on x {list(x.shape)} {dtype_name(x.dtype)}"
-    return run_trial(kernel, case, inputs, title=title, show=show)
+    return LOG_SOFTMAX.trial(kernel, inputs, title=title, show=show)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -366,16 +488,13 @@ def _merge_run(fn, inp: dict) -> dict:
     m = poisoned_output((M,), torch.float32, margin=MERGE_STATE_MARGIN, device=device)
     s = poisoned_output((M,), torch.float32, margin=MERGE_STATE_MARGIN, device=device)
     o = poisoned_output((M, D), inp["o1"].view.dtype, margin=(1, merge_block_d(D) + 3), device=device)
-    guards = [inp[k] for k in ("m1", "s1", "o1", "m2", "s2", "o2")]
-    before = snapshot(*guards)
-    quiet(launch_merge_states, fn, *(g.view for g in guards), m.view, s.view, o.view)
-    synchronize(o.view)
+    _, inputs_changed = run_guarded(launch_merge_states, fn, [inp[k] for k in ("m1", "s1", "o1", "m2", "s2", "o2")], (m, s, o))
     return {
         "m": m.view,
         "s": s.view,
         "o": o.view,
         "outside": {"m": m.outside_written(), "s": s.outside_written(), "o": o.outside_written()},
-        "inputs_changed": changed(guards, before),
+        "inputs_changed": inputs_changed,
         "guard": o,
     }
 
@@ -506,8 +625,11 @@ def _merge_states(spec: _MergeSpec, gen: torch.Generator) -> dict:
     return {"m1": m1, "s1": s1, "o1": o1.to(spec.dtype), "m2": m2, "s2": s2, "o2": o2.to(spec.dtype)}
 
 
+MERGE = CaseTemplate(_merge_run, _merge_expected, _compare_merge)
+
+
 def _merge_case(name: str, spec: _MergeSpec) -> Case:
-    return Case(name, lambda gen: _merge_guard(_merge_states(spec, gen), spec.layouts), _merge_run, _merge_expected, _compare_merge, dtype=spec.dtype)
+    return MERGE.case(name, lambda gen: _merge_guard(_merge_states(spec, gen), spec.layouts), dtype=spec.dtype)
 
 
 def merge_states_cases() -> list[Case]:
@@ -525,12 +647,6 @@ def merge_states_cases() -> list[Case]:
     ]
 
 
-def check_merge_states(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 6b: the learner's ``merge_states_kernel``: ``m`` exactly, ``s`` and ``o`` against
-    the float64 merge, with maxima in either order, ties, empty halves and logits near 100."""
-    return check(kernel, merge_states_cases(), title="merge_states_kernel", seed=seed)
-
-
 def try_merge_states(kernel, x: torch.Tensor, v: torch.Tensor, split: int) -> Trial:
     """Exercise 6b's "try it": the states of ``x[:, :split]`` and ``x[:, split:]`` against the rows
     of ``v`` (computed in float64, passed in float32) merged by the kernel inside NaN-padded
@@ -541,7 +657,6 @@ def try_merge_states(kernel, x: torch.Tensor, v: torch.Tensor, split: int) -> Tr
     m2, s2, o2 = softmax_state(x64[:, split:], v64[split:])
     states = {"m1": m1, "s1": s1, "o1": o1.to(v.dtype), "m2": m2, "s2": s2, "o2": o2.to(v.dtype)}
     inputs = _merge_guard(states, (0, 0))
-    case = Case("try", lambda gen: inputs, _merge_run, _merge_expected, _compare_merge)
     whole = softmax_state(x64, v64)
 
     def show(got, expected):
@@ -552,7 +667,7 @@ def try_merge_states(kernel, x: torch.Tensor, v: torch.Tensor, split: int) -> Tr
         ]
 
     title = f"merge_states_kernel on x {list(x.shape)} split at {split}, v {list(v.shape)}"
-    return run_trial(kernel, case, inputs, title=title, show=show)
+    return MERGE.trial(kernel, inputs, title=title, show=show)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -609,13 +724,9 @@ def _cross_entropy_guard(logits: torch.Tensor, target: torch.Tensor, stride: int
 
 
 def _cross_entropy_run(fn, inp: dict) -> dict:
-    logits, target = inp["logits"], inp["target"]
-    M = logits.view.shape[0]
-    loss = poisoned_output((M,), torch.float32, margin=(CROSS_ENTROPY_BLOCK_N,), device=logits.view.device.type)
-    before = snapshot(logits, target)
-    quiet(launch_cross_entropy, fn, logits.view, target.view, loss.view)
-    synchronize(loss.view)
-    return {"out": loss.view, "outside": loss.outside_written(), "inputs_changed": changed((logits, target), before), "guard": loss}
+    logits = inp["logits"].view
+    loss = poisoned_output((logits.shape[0],), torch.float32, margin=(CROSS_ENTROPY_BLOCK_N,), device=logits.device.type)
+    return run_one_output(launch_cross_entropy, fn, (inp["logits"], inp["target"]), loss)
 
 
 def _cross_entropy_expected(inp: dict) -> torch.Tensor:
@@ -694,8 +805,11 @@ def _loss_inputs(spec: _LossSpec, gen: torch.Generator) -> dict:
     return _cross_entropy_guard(x, target, spec.row_stride)
 
 
+CROSS_ENTROPY = CaseTemplate(_cross_entropy_run, _cross_entropy_expected, _compare_cross_entropy)
+
+
 def _loss_case(name: str, spec: _LossSpec) -> Case:
-    return Case(name, lambda gen: _loss_inputs(spec, gen), _cross_entropy_run, _cross_entropy_expected, _compare_cross_entropy, dtype=spec.dtype)
+    return CROSS_ENTROPY.case(name, lambda gen: _loss_inputs(spec, gen), dtype=spec.dtype)
 
 
 def cross_entropy_cases() -> list[Case]:
@@ -713,22 +827,14 @@ def cross_entropy_cases() -> list[Case]:
     ]
 
 
-def check_cross_entropy(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 6c: the learner's ``cross_entropy_kernel`` (``BLOCK_N = 128``) against
-    ``F.cross_entropy(reduction="none")`` in float64, with logits near ±200, ignored targets and a
-    padded vocabulary."""
-    return check(kernel, cross_entropy_cases(), title="cross_entropy_kernel", seed=seed)
-
-
 def try_cross_entropy(kernel, logits: torch.Tensor, target: torch.Tensor) -> Trial:
     """Exercise 6c's "try it": the kernel on a copy of ``logits`` (same row stride) surrounded by
     :data:`ROW_SENTINEL` and ``target``, ``loss`` poisoned with NaN; shows yours next to
     ``F.cross_entropy`` in float64, and the verdict."""
     inputs = _cross_entropy_guard(logits.detach().cpu(), target.detach().cpu(), logits.stride(0))
-    case = Case("try", lambda gen: inputs, _cross_entropy_run, _cross_entropy_expected, _compare_cross_entropy)
 
     def show(got, expected):
         return [("yours:", format_values(got["out"])), ("F.cross_entropy:", format_values(expected))]
 
     title = f"cross_entropy_kernel on logits {list(logits.shape)} {dtype_name(logits.dtype)}"
-    return run_trial(kernel, case, inputs, title=title, show=show)
+    return CROSS_ENTROPY.trial(kernel, inputs, title=title, show=show)

@@ -36,27 +36,40 @@ import torch
 from tritonforge._triton import triton
 from tritonforge.exercise.core import (
     Case,
-    Guarded,
-    Report,
+    CaseTemplate,
     Trial,
     Verdict,
-    changed,
-    check,
     compare_tensors,
     dtype_name,
-    element_map,
-    guarded,
-    kernel_device,
+    guarded_heads,
+    head_rows_map,
     largest_difference,
     matches,
-    quiet,
+    require_heads,
     require_kernel,
-    run_trial,
-    snapshot,
-    synchronize,
+    run_one_output,
     with_picture,
 )
 from tritonforge.reference import TOLERANCE
+
+__all__ = [
+    "ATTENTION_BLOCK_M",
+    "ATTENTION_BLOCK_N",
+    "alibi_attention_ref",
+    "alibi_slopes",
+    "attention_alibi_cases",
+    "attention_softcap_cases",
+    "launch_attention_alibi",
+    "launch_attention_softcap",
+    "launch_sliding_window_attention",
+    "sliding_window_attention_cases",
+    "sliding_window_attention_ref",
+    "softcap_attention_ref",
+    "try_attention_alibi",
+    "try_attention_softcap",
+    "try_sliding_window_attention",
+    "visible_keys",
+]
 
 NEG_INF = float("-inf")
 
@@ -151,24 +164,8 @@ def sliding_window_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return _attention_ref(q, k, v, allowed=visible_keys(Nq, Nk, causal=True, window=window))
 
 
-def _heads_guard(x: torch.Tensor, layout: str, *, pad: int, before: int = 0, fill: float = float("nan")) -> Guarded:
-    """``x [B, H, N, D]`` in a NaN buffer, ``pad`` NaN rows past every head's last row and
-    ``before`` NaN rows before the first one (a key index −1 … −before reads NaN, not outside
-    the buffer). ``"bhnd"``: each head's rows contiguous; ``"bnhd"``: the storage of a
-    ``[B, N, H, D]`` tensor (a fused QKV projection's), seen as ``[B, H, N, D]``."""
-    B, H, N, D = x.shape
-    rows = N + pad
-    if layout == "bnhd":
-        strides, row = (rows * H * D, D, H * D, 1), H * D
-    else:
-        strides, row = (H * rows * D, rows * D, D, 1), D
-    return guarded(x, strides, offset=before * row, margin=(0, 0, pad, 0), device=kernel_device(), fill=fill)
-
-
 def _require_heads(**tensors: torch.Tensor) -> None:
-    for name, t in tensors.items():
-        if t.dim() != 4 or t.stride(3) != 1:
-            raise ValueError(f"{name} must be [B, H, N, D] with unit stride along D (any other strides)")
+    require_heads(**tensors)
     D = tensors["q"].shape[3]
     if D not in HEAD_DIMS:
         raise ValueError(f"head dimension {D}: the launchers take {HEAD_DIMS} (tl.arange and tl.dot need a power of two ≥ 16)")
@@ -255,37 +252,41 @@ def unseen_blocks_end(Nq: int, Nk: int, window: int) -> int:
     return max(0, Nk - Nq - window + 1) // ATTENTION_BLOCK_N * ATTENTION_BLOCK_N
 
 
-def _heads_inputs(spec: _HeadsSpec, gen: torch.Generator) -> dict:
-    B, H, Nq, Nk, D = spec.B, spec.H, spec.Nq, spec.Nk, spec.D
-    q = spec.spread * torch.randn(B, H, Nq, D, generator=gen)
-    k = spec.spread * torch.randn(B, H, Nk, D, generator=gen)
-    v = torch.randn(B, H, Nk, D, generator=gen)
-    if spec.unseen_nan:
-        k[:, :, : unseen_blocks_end(Nq, Nk, spec.window)] = float("nan")
-        v[:, :, : unseen_blocks_end(Nq, Nk, spec.window)] = float("nan")
-    before = spec.window + 2 * ATTENTION_BLOCK_N  # room for a loop that starts below key 0
-    unseen = unseen_blocks_end(Nq, Nk, spec.window) if spec.unseen_nan else 0
+def _heads_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str, *, softcap: float = 0.0, window: int = 0, unseen: int = 0) -> dict:
+    """What a case's run reads: ``q, k, v`` guarded (:data:`KEY_PAD` NaN rows past each head's
+    last; before key 0, room for a loop that starts a window and two blocks below it), the
+    layout, the exercise's ``softcap`` or ``window``, and (7c) how many keys hold NaN."""
+    before = window + 2 * ATTENTION_BLOCK_N
     return {
-        "q": _heads_guard(q.to(spec.dtype), spec.layout, pad=KEY_PAD),
-        "k": _heads_guard(k.to(spec.dtype), spec.layout, pad=KEY_PAD, before=before),
-        "v": _heads_guard(v.to(spec.dtype), spec.layout, pad=KEY_PAD, before=before),
-        "layout": spec.layout,
-        "softcap": spec.softcap,
-        "window": spec.window,
+        "q": guarded_heads(q, layout, pad=KEY_PAD),
+        "k": guarded_heads(k, layout, pad=KEY_PAD, before=before),
+        "v": guarded_heads(v, layout, pad=KEY_PAD, before=before),
+        "layout": layout,
+        "softcap": softcap,
+        "window": window,
         "unseen": unseen,  # 7c: keys 0 … unseen − 1 hold NaN
     }
 
 
+def _spec_inputs(spec: _HeadsSpec, gen: torch.Generator) -> dict:
+    B, H, Nq, Nk, D = spec.B, spec.H, spec.Nq, spec.Nk, spec.D
+    q = spec.spread * torch.randn(B, H, Nq, D, generator=gen)
+    k = spec.spread * torch.randn(B, H, Nk, D, generator=gen)
+    v = torch.randn(B, H, Nk, D, generator=gen)
+    unseen = unseen_blocks_end(Nq, Nk, spec.window) if spec.unseen_nan else 0
+    k[:, :, :unseen] = float("nan")
+    v[:, :, :unseen] = float("nan")
+    q, k, v = (t.to(spec.dtype) for t in (q, k, v))
+    return _heads_inputs(q, k, v, spec.layout, softcap=spec.softcap, window=spec.window, unseen=unseen)
+
+
 def _heads_run(launch, extra):
     def run(fn, inp: dict) -> dict:
-        q, k, v = inp["q"], inp["k"], inp["v"]
-        out = _heads_guard(torch.full(tuple(q.view.shape), float("nan"), dtype=q.view.dtype), inp["layout"], pad=KEY_PAD)
-        before = snapshot(q, k, v)
+        q = inp["q"].view
+        out = guarded_heads(torch.full(tuple(q.shape), float("nan"), dtype=q.dtype), inp["layout"], pad=KEY_PAD)
         with warnings.catch_warnings():  # numpy's "All-NaN slice" from a max over NaN: the verdict says it
             warnings.simplefilter("ignore", RuntimeWarning)
-            quiet(launch, fn, q.view, k.view, v.view, *extra(inp), out.view)
-        synchronize(out.view)
-        return {"out": out.view, "outside": out.outside_written(), "inputs_changed": changed((q, k, v), before), "guard": out}
+            return run_one_output(launch, fn, (inp["q"], inp["k"], inp["v"]), out, *extra(inp))
 
     return run
 
@@ -293,13 +294,7 @@ def _heads_run(launch, extra):
 def query_map(out: torch.Tensor, expected: torch.Tensor, *, rtol: float, width: int = 64) -> str:
     """A picture of ``out [B, H, Nq, D]``: one line per (batch, head), one character per query
     row (``·`` every element right, ``x`` some wrong, ``?`` some NaN), folded past ``width`` queries."""
-    o, e = out.detach().double().cpu(), expected.double().cpu()
-    B, H, Nq, _ = e.shape
-    tol = rtol * max(1.0, float(e.abs().max()))
-    nan = o.isnan().any(dim=-1)
-    wrong = ((o - e).abs() > tol).any(dim=-1)
-    cells = torch.where(nan, float("nan"), torch.where(wrong, 1.0, 0.0)).reshape(B * H, Nq)
-    return element_map(cells, torch.zeros(B * H, Nq, dtype=torch.float64), rtol=0.25, limit=(24, width), name="query rows by (batch, head)")
+    return head_rows_map([(out, expected)], rtol=rtol, name="query rows by (batch, head)", width=width)
 
 
 def _verdict(got: dict, expected: torch.Tensor, inp: dict, hint) -> Verdict:
@@ -321,7 +316,15 @@ def _nan_rows(out: torch.Tensor) -> torch.Tensor:
     return out.isnan().any(dim=-1).any(dim=0).any(dim=0)
 
 
-def _heads_trial(kernel, check_case: Case, inputs: dict, title: str) -> Trial:
+def _template(launch, extra, expected, hint) -> CaseTemplate:
+    """The cases of one exercise: ``launch`` with ``extra(inputs)`` after ``q, k, v``, judged
+    against ``expected`` by :func:`_verdict` with the exercise's ``hint``."""
+    return CaseTemplate(_heads_run(launch, extra), expected, lambda got, exp, inp: _verdict(got, exp, inp, hint))
+
+
+def _trial(kernel, template: CaseTemplate, q, k, v, title: str, *, softcap: float = 0.0, window: int = 0) -> Trial:
+    """A "try it" of any of the three: the kernel on copies of ``q, k, v`` in guarded buffers."""
+    inputs = _heads_inputs(*(t.detach().cpu() for t in (q, k, v)), "bhnd", softcap=float(softcap), window=int(window))
     rtol = TOLERANCE[inputs["q"].view.dtype]
     shape = _shape_text(inputs["q"].view, inputs["k"].view)
 
@@ -332,7 +335,7 @@ def _heads_trial(kernel, check_case: Case, inputs: dict, title: str) -> Trial:
             ("picture:", query_map(got["out"], expected, rtol=rtol, width=48)),  # indented: 76 characters in all
         ]
 
-    return run_trial(kernel, check_case, inputs, title=title, show=show)
+    return template.trial(kernel, inputs, title=title, show=show)
 
 
 def _shape_text(q: torch.Tensor, k: torch.Tensor) -> str:
@@ -384,19 +387,19 @@ def _softcap_hint(out: torch.Tensor, expected: torch.Tensor, inp: dict, rtol: fl
         s = cap * torch.tanh(s / cap)
         s[..., Nk:] = -cap
         if matches(out, torch.softmax(s, dim=-1) @ padded_v, rtol):
-            return "the masked key tail came back: softcap·tanh(−inf) = −softcap; cap first, then set masked scores to −inf"
+            return (
+                "cap applied after the mask: the output matches attention whose masked key tail scored −softcap "
+                "(softcap·tanh(−inf) = −softcap) instead of −inf, so the masked keys count again; masked logits must "
+                "stay −inf: cap the scores first, then mask the tail"
+            )
     return SOFTCAP_HINT
 
 
-def _softcap_compare(got: dict, expected: torch.Tensor, inp: dict) -> Verdict:
-    return _verdict(got, expected, inp, _softcap_hint)
-
-
-_softcap_run = _heads_run(launch_attention_softcap, lambda inp: (inp["softcap"],))
+SOFTCAP = _template(launch_attention_softcap, lambda inp: (inp["softcap"],), _softcap_expected, _softcap_hint)
 
 
 def _softcap_case(name: str, spec: _HeadsSpec) -> Case:
-    return Case(name, lambda gen: _heads_inputs(spec, gen), _softcap_run, _softcap_expected, _softcap_compare, dtype=spec.dtype)
+    return SOFTCAP.case(name, lambda gen: _spec_inputs(spec, gen), dtype=spec.dtype)
 
 
 def attention_softcap_cases() -> list[Case]:
@@ -405,6 +408,8 @@ def attention_softcap_cases() -> list[Case]:
         _softcap_case("float32 whole blocks: B=1 H=2, Nq=Nk=64, cap 5", _HeadsSpec(1, 2, 64, 64, spread=3.0, softcap=5.0)),
         _softcap_case("ragged keys: Nq=37 Nk=100, B=2 H=3, D=32, cap 10", _HeadsSpec(2, 3, 37, 100, 32, spread=4.0, softcap=10.0)),
         _softcap_case("Nq=100 > Nk=29, D=16, cap 8", _HeadsSpec(1, 2, 100, 29, spread=3.5, softcap=8.0)),
+        # every score saturates at ±1, so 15 masked keys at −cap would weigh as much as the 17 real ones
+        _softcap_case("cap 1, Nk=17: one key and 15 masked lanes in the last block", _HeadsSpec(1, 2, 20, 17, spread=2.0, softcap=1.0)),
         _softcap_case("one query (decode), Nk=77, H=4, cap 20", _HeadsSpec(1, 4, 1, 77, 32, spread=6.0, softcap=20.0)),
         _softcap_case("scores near ±3000, cap 30: no overflow in tanh", _HeadsSpec(1, 2, 40, 50, spread=55.0, softcap=30.0)),
         _softcap_case("Gemma 2's cap 50, scores to ±200, Nq=Nk=45", _HeadsSpec(2, 1, 45, 45, spread=9.0, softcap=50.0)),
@@ -414,26 +419,11 @@ def attention_softcap_cases() -> list[Case]:
     ]
 
 
-def check_attention_softcap(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 7a: the learner's ``attention_softcap_kernel`` against soft-capped attention in
-    float64, with ragged key blocks, Nq ≠ Nk both ways, scores near ±3000 and a [B, N, H, D] layout."""
-    return check(kernel, attention_softcap_cases(), title="attention_softcap_kernel", seed=seed)
-
-
 def try_attention_softcap(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softcap: float) -> Trial:
     """Exercise 7a's "try it": the kernel on copies of ``q, k, v [B, H, N, D]`` in NaN-padded
     buffers, ``out`` poisoned with NaN; shows the largest difference from the float64 answer, a
     picture of which query rows are right, and the verdict."""
-    inputs = {
-        "q": _heads_guard(q.detach().cpu(), "bhnd", pad=KEY_PAD),
-        "k": _heads_guard(k.detach().cpu(), "bhnd", pad=KEY_PAD, before=2 * ATTENTION_BLOCK_N),
-        "v": _heads_guard(v.detach().cpu(), "bhnd", pad=KEY_PAD, before=2 * ATTENTION_BLOCK_N),
-        "layout": "bhnd",
-        "softcap": float(softcap),
-        "window": 0,
-    }
-    case = Case("try", lambda gen: inputs, _softcap_run, _softcap_expected, _softcap_compare)
-    return _heads_trial(kernel, case, inputs, f"attention_softcap_kernel, cap {softcap:g}")
+    return _trial(kernel, SOFTCAP, q, k, v, f"attention_softcap_kernel, cap {softcap:g}", softcap=softcap)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -484,15 +474,11 @@ def _alibi_hint(out: torch.Tensor, expected: torch.Tensor, inp: dict, rtol: floa
     return ALIBI_HINT
 
 
-def _alibi_compare(got: dict, expected: torch.Tensor, inp: dict) -> Verdict:
-    return _verdict(got, expected, inp, _alibi_hint)
-
-
-_alibi_run = _heads_run(launch_attention_alibi, lambda inp: ())
+ALIBI = _template(launch_attention_alibi, lambda inp: (), _alibi_expected, _alibi_hint)
 
 
 def _alibi_case(name: str, spec: _HeadsSpec) -> Case:
-    return Case(name, lambda gen: _heads_inputs(spec, gen), _alibi_run, _alibi_expected, _alibi_compare, dtype=spec.dtype)
+    return ALIBI.case(name, lambda gen: _spec_inputs(spec, gen), dtype=spec.dtype)
 
 
 def attention_alibi_cases() -> list[Case]:
@@ -508,24 +494,9 @@ def attention_alibi_cases() -> list[Case]:
     ]
 
 
-def check_attention_alibi(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 7b: the learner's ``attention_alibi_kernel`` against causal ALiBi attention in
-    float64: Nq < Nk (bottom-right alignment), one to twelve heads, batches > 1, a [B, N, H, D] layout."""
-    return check(kernel, attention_alibi_cases(), title="attention_alibi_kernel", seed=seed)
-
-
 def try_attention_alibi(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Trial:
     """Exercise 7b's "try it": as 7a's, against causal ALiBi attention in float64."""
-    inputs = {
-        "q": _heads_guard(q.detach().cpu(), "bhnd", pad=KEY_PAD),
-        "k": _heads_guard(k.detach().cpu(), "bhnd", pad=KEY_PAD, before=2 * ATTENTION_BLOCK_N),
-        "v": _heads_guard(v.detach().cpu(), "bhnd", pad=KEY_PAD, before=2 * ATTENTION_BLOCK_N),
-        "layout": "bhnd",
-        "softcap": 0.0,
-        "window": 0,
-    }
-    case = Case("try", lambda gen: inputs, _alibi_run, _alibi_expected, _alibi_compare)
-    return _heads_trial(kernel, case, inputs, "attention_alibi_kernel")
+    return _trial(kernel, ALIBI, q, k, v, "attention_alibi_kernel")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -596,15 +567,11 @@ def _window_hint(out: torch.Tensor, expected: torch.Tensor, inp: dict, rtol: flo
     return WINDOW_HINT
 
 
-def _window_compare(got: dict, expected: torch.Tensor, inp: dict) -> Verdict:
-    return _verdict(got, expected, inp, _window_hint)
-
-
-_window_run = _heads_run(launch_sliding_window_attention, lambda inp: (inp["window"],))
+WINDOW = _template(launch_sliding_window_attention, lambda inp: (inp["window"],), _window_expected, _window_hint)
 
 
 def _window_case(name: str, spec: _HeadsSpec) -> Case:
-    return Case(name, lambda gen: _heads_inputs(spec, gen), _window_run, _window_expected, _window_compare, dtype=spec.dtype)
+    return WINDOW.case(name, lambda gen: _spec_inputs(spec, gen), dtype=spec.dtype)
 
 
 def sliding_window_attention_cases() -> list[Case]:
@@ -622,23 +589,6 @@ def sliding_window_attention_cases() -> list[Case]:
     ]
 
 
-def check_sliding_window_attention(kernel, *, seed: Optional[int] = None) -> Report:
-    """Exercise 7c: the learner's ``sliding_window_attention_kernel`` against causal attention
-    within a window in float64: windows from 1 key to 33, windows that start before key 0,
-    Nq < Nk, and two cases whose keys before every window are NaN (a kernel must not load them)."""
-    return check(kernel, sliding_window_attention_cases(), title="sliding_window_attention_kernel", seed=seed)
-
-
 def try_sliding_window_attention(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> Trial:
     """Exercise 7c's "try it": as 7a's, against causal attention within ``window`` keys in float64."""
-    before = int(window) + 2 * ATTENTION_BLOCK_N
-    inputs = {
-        "q": _heads_guard(q.detach().cpu(), "bhnd", pad=KEY_PAD),
-        "k": _heads_guard(k.detach().cpu(), "bhnd", pad=KEY_PAD, before=before),
-        "v": _heads_guard(v.detach().cpu(), "bhnd", pad=KEY_PAD, before=before),
-        "layout": "bhnd",
-        "softcap": 0.0,
-        "window": int(window),
-    }
-    case = Case("try", lambda gen: inputs, _window_run, _window_expected, _window_compare)
-    return _heads_trial(kernel, case, inputs, "sliding_window_attention_kernel")
+    return _trial(kernel, WINDOW, q, k, v, "sliding_window_attention_kernel", window=window)

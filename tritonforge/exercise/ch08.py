@@ -26,6 +26,8 @@ over the launcher, so that it can hand over one that fails to compile, to see th
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import numbers
 import re
@@ -35,23 +37,47 @@ from typing import Optional
 
 import torch
 
-from tritonforge import runtime
+from tritonforge import runtime, simulation
+from tritonforge._triton import tl, triton
 from tritonforge.exercise.core import (
     Case,
-    Report,
+    CaseTemplate,
     Trial,
     Verdict,
-    check,
     compare_tensors,
     describe_exception,
     dtype_name,
     format_values,
     kernel_device,
-    run_trial,
 )
-from tritonforge.kernel_utils import acc_dtype, round_bf16_by_hand, split_float
+from tritonforge.kernel_utils import acc_dtype, as_rows, cast_for_store, round_bf16_by_hand, split_float
 from tritonforge.ops.fused_axpy import _axpy_kernel, axpy_fwd
-from tritonforge.reference import TOLERANCE, axpy_ref
+from tritonforge.ops.swiglu import swiglu_bwd as _swiglu_bwd
+from tritonforge.ops.swiglu import swiglu_fwd as _swiglu_fwd
+from tritonforge.reference import TOLERANCE, axpy_ref, softmax_ref
+from tritonforge.reference import swiglu_bwd_ref as _swiglu_bwd_ref
+from tritonforge.reference import swiglu_ref as _swiglu_ref
+
+__all__ = [
+    "OP_NAMESPACE",
+    "fresh_op_name",
+    "launch_scaled_residual_add",
+    "launch_row_softmax",
+    "launch_swiglu",
+    "launch_swiglu_backward",
+    "launch_that_fails_to_compile",
+    "ROW_SOFTMAX_MAX_N",
+    "row_softmax_cases",
+    "row_softmax_ref",
+    "scaled_residual_add_cases",
+    "scaled_residual_add_ref",
+    "swiglu_backward_ref",
+    "swiglu_cases",
+    "swiglu_ref",
+    "try_row_softmax",
+    "try_scaled_residual_add",
+    "try_swiglu",
+]
 
 OP_NAMESPACE = "exercise"
 """The namespace of the learner's operators (``torch.ops.exercise.<name>``): not the package's
@@ -238,15 +264,23 @@ def _compare_served(got: dict, expected: torch.Tensor, inputs) -> Verdict:
     return Verdict(True, verdict.error, f"served by the kernel ({route.path})")
 
 
+SERVED = CaseTemplate(_served_run, _served_expected, _compare_served)
+
+
 def _served_case(name, shape, dtype, *, strided=False) -> Case:
-    return Case(
-        name=name,
-        inputs=lambda gen: _tensor_inputs(shape, dtype, gen, strided=strided),
-        run=_served_run,
-        expected=_served_expected,
-        compare=_compare_served,
-        dtype=dtype,
-    )
+    return SERVED.case(name, lambda gen: _tensor_inputs(shape, dtype, gen, strided=strided), dtype=dtype)
+
+
+def _nothing(inputs) -> None:
+    """The expected answer of a case that judges what the code does (a registration, an error, a
+    route), not a value."""
+    return None
+
+
+def _case(name: str, run, compare, *, shape=(3, 40), dtype=torch.float32, expected=_nothing) -> Case:
+    """A case on fresh ``x``, ``residual`` and ``alpha`` of ``shape`` and ``dtype`` (the inputs'
+    dtype only: unlike a served case, it runs on every device)."""
+    return Case(name=name, inputs=lambda gen: _tensor_inputs(shape, dtype, gen), run=run, expected=expected, compare=compare)
 
 
 # -- the operator: torch.library.opcheck ---------------------------------------------------------
@@ -384,16 +418,6 @@ def _compare_compile(got: dict, expected, inputs) -> Verdict:
     return Verdict(True, worst, f"one node {op_target}, no graph break, no recompile; routed per call")
 
 
-def _compile_case() -> Case:
-    return Case(
-        name="torch.compile(fullgraph=True, aot_eager)",
-        inputs=lambda gen: _tensor_inputs((4, 37), torch.float32, gen),
-        run=_compile_or_error,
-        expected=lambda inputs: None,
-        compare=_compare_compile,
-    )
-
-
 # -- autograd -----------------------------------------------------------------------------------
 
 
@@ -470,35 +494,17 @@ def _bad_input_run(spoil):
 
 
 def _compare_bad_input(argument: str):
-    def compare(got: dict, expected, inputs) -> Verdict:
-        error = got["error"]
-        problems = []
-        if got["fallbacks"] or (got["route"] is not None and got["route"].path == "torch"):
-            problems.append("the call was routed to the reference (a fallback); bad input must raise before routing")
+    def wrong_error(error):
         if error is None:
-            problems.append(f"no error: expected a TypeError or ValueError naming {argument}")
-        elif not isinstance(error, (TypeError, ValueError)):
-            problems.append(f"{describe_exception(error, limit=160)}; expected a TypeError or ValueError naming {argument}, raised by your checks")
-        elif not _names_argument(str(error), argument):
-            problems.append(f"{describe_exception(error, limit=160)}: the message must name the argument {argument!r}")
-        if got["launches"]:
-            problems.append("launch(...) ran: validate before routing")
-        if problems:
-            return Verdict(False, None, "; ".join(problems))
-        return Verdict(True, None, describe_exception(error, limit=120))
+            return f"no error: expected a TypeError or ValueError naming {argument}"
+        if not isinstance(error, (TypeError, ValueError)):
+            return f"{describe_exception(error, limit=160)}; expected a TypeError or ValueError naming {argument}, raised by your checks"
+        return None
+
+    def compare(got: dict, expected, inputs) -> Verdict:
+        return _bad_input_verdict(got, argument, "bad input must raise before routing", wrong_error, "launch(...)")
 
     return compare
-
-
-def _bad_input_case(name: str) -> Case:
-    argument, spoil = BAD_INPUTS[name]
-    return Case(
-        name=name,
-        inputs=lambda gen: _tensor_inputs((3, 40), torch.float32, gen),
-        run=_bad_input_run(spoil),
-        expected=lambda inputs: None,
-        compare=_compare_bad_input(argument),
-    )
 
 
 # -- the fallbacks ------------------------------------------------------------------------------
@@ -565,7 +571,7 @@ def _compare_strict(got: dict, expected, inputs) -> Verdict:
 def _unsupported_run(fn, inputs) -> dict:
     x, residual, alpha = inputs
     public, name, launch = _register(fn, launch_scaled_residual_add)
-    with runtime.simulate("t4"), runtime.strict(False), warnings.catch_warnings(record=True) as record:
+    with simulation.simulate("t4"), runtime.strict(False), warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         out = public(x, residual, alpha)
     return {"out": out, "fallbacks": _fallback_warnings(record), "route": _route(name), "launches": launch.calls, "name": name}
@@ -601,55 +607,19 @@ def scaled_residual_add_cases() -> list[Case]:
         _served_case("float32 3×50: served by the kernel", (3, 50), torch.float32),
         _served_case("float16 2×5×33, x a strided view", (2, 5, 33), torch.float16, strided=True),
         _served_case("bfloat16 4×40", (4, 40), torch.bfloat16),
-        Case(
-            name="torch.library.opcheck (float16, 3×37)",
-            inputs=lambda gen: _tensor_inputs((3, 37), torch.float16, gen),
-            run=_opcheck_run,
-            expected=lambda inputs: None,
-            compare=_compare_opcheck,
-        ),
-        _compile_case(),
-        Case(
-            name="autograd: dx and dresidual",
-            inputs=lambda gen: _tensor_inputs((5, 24), torch.float32, gen),
-            run=_autograd_run,
-            expected=lambda inputs: None,
-            compare=_compare_autograd,
-        ),
-        *(_bad_input_case(name) for name in BAD_INPUTS),
-        Case(
-            name="kernel fails to compile: routed fallback",
-            inputs=lambda gen: _tensor_inputs((3, 40), torch.float32, gen),
-            run=_kernel_error_run,
-            expected=_served_expected,
-            compare=_compare_kernel_error,
-        ),
-        Case(
-            name="kernel fails to compile, strict: FallbackError",
-            inputs=lambda gen: _tensor_inputs((3, 40), torch.float32, gen),
-            run=_strict_run,
-            expected=lambda inputs: None,
-            compare=_compare_strict,
-        ),
-        Case(
-            name="bfloat16 on a simulated T4: unsupported",
-            inputs=lambda gen: _tensor_inputs((3, 40), torch.bfloat16, gen),
-            run=_unsupported_run,
-            expected=_served_expected,
-            compare=_compare_unsupported,
-        ),
+        _case("torch.library.opcheck (float16, 3×37)", _opcheck_run, _compare_opcheck, shape=(3, 37), dtype=torch.float16),
+        _case("torch.compile(fullgraph=True, aot_eager)", _compile_or_error, _compare_compile, shape=(4, 37)),
+        _case("autograd: dx and dresidual", _autograd_run, _compare_autograd, shape=(5, 24)),
+        *(_case(name, _bad_input_run(spoil), _compare_bad_input(argument)) for name, (argument, spoil) in BAD_INPUTS.items()),
+        _case("kernel fails to compile: routed fallback", _kernel_error_run, _compare_kernel_error, expected=_served_expected),
+        _case("kernel fails to compile, strict: FallbackError", _strict_run, _compare_strict),
+        _case("bfloat16 on a simulated T4: unsupported", _unsupported_run, _compare_unsupported, dtype=torch.bfloat16, expected=_served_expected),
     ]
-
-
-def check_scaled_residual_add(fn: Callable, *, seed: Optional[int] = None) -> Report:
-    """Check exercise 8a: ``fn(op_name, launch)`` registers a routed ``scaled_residual_add``."""
-    return check(fn, scaled_residual_add_cases(), title="register_scaled_residual_add", seed=seed)
 
 
 def try_scaled_residual_add(fn: Callable, x: torch.Tensor, residual: torch.Tensor, alpha: float) -> Trial:
     """Register the learner's op under a fresh name, call it once on the given inputs (strict), and
     show the result beside the reference and the route it took; never raises."""
-    case = _served_case("try", tuple(x.shape), x.dtype)
 
     def show(got, expected):
         if got is None:
@@ -660,4 +630,787 @@ def try_scaled_residual_add(fn: Callable, x: torch.Tensor, residual: torch.Tenso
             ("expected", format_values(expected)),
         ]
 
-    return run_trial(fn, case, (x, residual, alpha), title="register_scaled_residual_add", show=show)
+    return SERVED.trial(fn, (x, residual, alpha), title="register_scaled_residual_add", show=show)
+
+
+# ==============================================================================================
+# Exercise 8b: an op with limits of its own (a row softmax whose kernel takes rows of at most
+# 1024 elements, and no float64)
+# ==============================================================================================
+
+ROW_SOFTMAX_MAX_N = 1024
+"""The longest row the given row-softmax kernel holds: one block of ``BLOCK_N`` ≤ 1024 elements."""
+
+ROW_SOFTMAX_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+"""What the given kernel computes: 16- and 32-bit floats (in float32). No float64."""
+
+ROW_SOFTMAX_DTYPES = (*ROW_SOFTMAX_KERNEL_DTYPES, torch.float64)
+"""What the op accepts: float64 too (its reference serves it)."""
+
+
+@triton.jit
+def _row_softmax_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, N, BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """One program per row, the whole row in one block: ``exp(x - max) / sum``, in float32."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=0))
+    y = e / tl.sum(e, axis=0)
+    tl.store(y_ptr + row * y_row_stride + cols, cast_for_store(y, y_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
+
+
+def row_softmax_ref(x: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
+    """Softmax over the last dimension, computed in float32 (float64 for float64 inputs, or with
+    ``upcast``), returned in x's dtype (float64 with ``upcast``) as a new contiguous tensor: the op's
+    PyTorch reference, its fallback and the check's oracle."""
+    return softmax_ref(x, upcast=upcast).contiguous()
+
+
+def launch_row_softmax(x: torch.Tensor) -> torch.Tensor:
+    """The given launcher: softmax over the last dimension of ``x`` by one kernel, one program per
+    row, into a new contiguous tensor of x's shape and dtype.
+
+    Its kernel holds a whole row in one block, so it takes rows of 1 to ``ROW_SOFTMAX_MAX_N``
+    (1024) elements, and it computes in float32, so float16, bfloat16 and float32 only. Anything
+    else (float64, longer rows, an empty tensor, something not a float tensor) it refuses with a
+    ``RuntimeError``: deciding what the kernel can serve is the op's job, before routing."""
+    if not isinstance(x, torch.Tensor) or x.dtype not in ROW_SOFTMAX_KERNEL_DTYPES:
+        what = dtype_name(x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise RuntimeError(f"launch_row_softmax: the kernel computes float16, bfloat16 and float32, not {what} (decide before routing)")
+    if x.dim() == 0 or x.numel() == 0:
+        raise RuntimeError(f"launch_row_softmax: nothing to launch for a tensor of shape {tuple(x.shape)} (an empty input is no launch)")
+    N = x.shape[-1]
+    if N > ROW_SOFTMAX_MAX_N:
+        raise RuntimeError(f"launch_row_softmax: rows of {N} elements do not fit the kernel's one block of at most {ROW_SOFTMAX_MAX_N}")
+    x_rows = as_rows(x, N)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y_rows = y.view(-1, N)
+    _row_softmax_kernel[(x_rows.shape[0],)](
+        x_rows, y_rows, x_rows.stride(0), y_rows.stride(0), N,
+        BLOCK_N=triton.next_power_of_2(N), ROUND_BF16=round_bf16_by_hand(x.dtype),
+    )  # fmt: skip
+    return y
+
+
+def _register_softmax(fn: Callable) -> tuple[Callable, str, _CountedLaunch]:
+    """The learner's public function under a fresh name with a counted launcher: (public, name, launch)."""
+    name = fresh_op_name("row_softmax")
+    counted = _CountedLaunch(launch_row_softmax)
+    public = fn(name, counted)
+    if not callable(public):
+        raise TypeError(f"make_row_softmax must return the public function, got {type(public).__name__}")
+    return public, name, counted
+
+
+SOFTMAX_ROUTE_HINT = (
+    "route the call with runtime.dispatch(op_name, device=x.device, dtype=x.dtype, unsupported=..., "
+    "kernel=lambda: launch(x), reference=lambda: exercise.row_softmax_ref(x))"
+)
+
+
+def _softmax_inputs(shape, dtype, gen, *, transposed=False):
+    """Logits in [-8, 8) on the kernel device; a transposed view (rows not contiguous) if asked."""
+    if transposed:
+        x = (16 * torch.rand(*shape[:-2], shape[-1], shape[-2], generator=gen) - 8).transpose(-1, -2)
+    else:
+        x = 16 * torch.rand(*shape, generator=gen) - 8
+    return (x.to(device=kernel_device(), dtype=dtype),)
+
+
+def _softmax_call(fn, inputs, *, strict: bool, t4: bool = False) -> dict:
+    """One call of the learner's op: its output or error, the route, the warnings, the launches."""
+    (x,) = inputs
+    public, name, launch = _register_softmax(fn)
+    x_before = x.clone()
+    out = error = None
+    context = simulation.simulate("t4") if t4 else contextlib.nullcontext()
+    with context, runtime.strict(strict), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            out = public(x)
+        except Exception as exc:  # noqa: BLE001 - the case judges the error
+            error = exc
+    return {
+        "out": out, "error": error, "route": _route(name), "name": name, "launches": launch.calls,
+        "fallbacks": _fallback_warnings(record), "inputs_changed": not torch.equal(x, x_before),
+    }  # fmt: skip
+
+
+def _softmax_expected(inputs) -> torch.Tensor:
+    return row_softmax_ref(inputs[0], upcast=True)
+
+
+def _softmax_result(got: dict, expected: torch.Tensor, x: torch.Tensor, problems: list[str]) -> Optional[float]:
+    """Compare the output with float64 (appending to ``problems``); the largest error."""
+    out = got["out"]
+    if got["error"] is not None:
+        problems.insert(0, describe_exception(got["error"], limit=200))
+        return None
+    if not isinstance(out, torch.Tensor):
+        problems.insert(0, f"the public function returned {type(out).__name__}, not a tensor")
+        return None
+    if out.dtype != x.dtype:
+        problems.insert(0, f"the output is {dtype_name(out.dtype)}; it must have x's dtype, {dtype_name(x.dtype)}")
+        return None
+    verdict = compare_tensors({"out": out, "inputs_changed": got["inputs_changed"]}, expected, rtol=TOLERANCE[x.dtype])
+    if not verdict.passed:
+        problems.insert(0, verdict.detail)
+    return verdict.error
+
+
+def _softmax_served(fn, inputs) -> dict:
+    return _softmax_call(fn, inputs, strict=True)
+
+
+def _compare_softmax_served(got: dict, expected: torch.Tensor, inputs) -> Verdict:
+    x = inputs[0]
+    problems: list[str] = []
+    error = _softmax_result(got, expected, x, problems)
+    route = got["route"]
+    if got["error"] is None:
+        if route is None:
+            problems.append(f"no route recorded under the op's name: {SOFTMAX_ROUTE_HINT}")
+        elif route.path != _kernel_path():
+            problems.append(
+                f"the call was served by {_describe_route(route)}{': ' + route.detail if route.detail else ''}, not the kernel "
+                f"({_kernel_path()}): rows of 1 to {ROW_SOFTMAX_MAX_N} elements in float16, bfloat16 or float32 are the kernel's"
+            )
+    if isinstance(got["error"], runtime.FallbackError):
+        problems.append(f"the kernel takes rows of 1 to {ROW_SOFTMAX_MAX_N} elements in float16, bfloat16 and float32: this one is its to serve")
+    if got["error"] is None and got["launches"] != 1:
+        problems.append(f"launch(x) was called {got['launches']} times; the kernel must serve the call, once")
+    if problems:
+        return Verdict(False, error, "; ".join(problems))
+    return Verdict(True, error, f"served by the kernel ({route.path})")
+
+
+SOFTMAX_SERVED = CaseTemplate(_softmax_served, _softmax_expected, _compare_softmax_served)
+
+
+def _softmax_limit_run(*, strict: bool, t4: bool = False):
+    def run(fn, inputs):
+        return _softmax_call(fn, inputs, strict=strict, t4=t4)
+
+    return run
+
+
+def _compare_softmax_limit(words: tuple[str, ...], what: str, hint: str = ""):
+    """An input past the kernel's limits: routed to the reference (torch, unsupported), a detail
+    naming the limit (one of ``words``), a warning, no launch, the right answer."""
+
+    def compare(got: dict, expected: torch.Tensor, inputs) -> Verdict:
+        x = inputs[0]
+        problems: list[str] = []
+        error = _softmax_result(got, expected, x, problems)
+        route, name = got["route"], got["name"]
+        if route is None:
+            problems.append(f"nothing recorded under {name}: {SOFTMAX_ROUTE_HINT}")
+        elif (route.path, route.reason) != ("torch", "unsupported"):
+            advice = hint or (
+                "the launcher refused it and dispatch caught that: decide before routing, and pass the reason as unsupported=..."
+                if route.reason == "kernel-error"
+                else "pass unsupported=<a sentence naming the limit> to runtime.dispatch"
+            )
+            problems.append(f"recorded {_describe_route(route)}; expected torch (unsupported) for {what}: {advice}")
+        elif not any(word in (route.detail or "") for word in words):
+            problems.append(f"the route's detail {route.detail!r} does not name the limit: say {' or '.join(map(repr, words))}")
+        if got["launches"]:
+            problems.append(f"launch(x) ran {got['launches']} time(s): {what} must not reach the kernel")
+        if not any(name in m for m in got["fallbacks"]):
+            problems.append("no FallbackWarning naming the op: a fallback is never silent")
+        if problems:
+            return Verdict(False, error, "; ".join(problems))
+        return Verdict(True, error, f"the reference served it: torch (unsupported): {route.detail}")
+
+    return compare
+
+
+def _compare_softmax_strict(got: dict, expected, inputs) -> Verdict:
+    error, name = got["error"], got["name"]
+    problems = []
+    if isinstance(error, runtime.FallbackError):
+        if name not in str(error):
+            problems.append(f"FallbackError, but under another op name: {describe_exception(error, limit=160)}")
+    elif error is None:
+        problems.append("no error: under strict routing an input the kernel cannot serve must raise FallbackError, not fall back quietly")
+    else:
+        problems.append(
+            f"{describe_exception(error, limit=160)}; expected tritonforge's FallbackError (runtime.dispatch raises it under strict routing)"
+        )
+    if got["launches"]:
+        problems.append(f"launch(x) ran {got['launches']} time(s): rows past the limit must not reach the kernel")
+    if problems:
+        return Verdict(False, None, "; ".join(problems))
+    return Verdict(True, None, "FallbackError: strict routing forbids the fallback")
+
+
+def _compare_softmax_empty(got: dict, expected: torch.Tensor, inputs) -> Verdict:
+    x = inputs[0]
+    out, route = got["out"], got["route"]
+    problems = []
+    if got["error"] is not None:
+        problems.append(f"{describe_exception(got['error'], limit=200)}: an empty input is nothing to compute, not an error or a fallback")
+    elif not isinstance(out, torch.Tensor) or out.shape != x.shape or out.dtype != x.dtype:
+        what = f"{type(out).__name__}" if not isinstance(out, torch.Tensor) else f"{dtype_name(out.dtype)} {tuple(out.shape)}"
+        problems.append(f"returned {what}; expected an empty {dtype_name(x.dtype)} tensor of shape {tuple(x.shape)}")
+    if route is None:
+        problems.append(f"nothing recorded under {got['name']}: call runtime.record_empty(op_name) for an empty input")
+    elif (route.path, route.reason) != ("torch", "empty"):
+        problems.append(f"recorded {_describe_route(route)}; expected torch (empty): runtime.record_empty(op_name), no dispatch")
+    if got["fallbacks"]:
+        problems.append("a FallbackWarning: an empty input is not a fallback (record_empty warns nothing)")
+    if got["launches"]:
+        problems.append(f"launch(x) ran {got['launches']} time(s): an empty input launches nothing")
+    if problems:
+        return Verdict(False, None, "; ".join(problems))
+    return Verdict(True, None, "recorded torch (empty): no launch, no warning, fine under strict routing")
+
+
+def _bad_input_verdict(got: dict, argument: str, fallback: str, wrong_error, launched: str) -> Verdict:
+    """The verdict on a bad input (exercises 8b and 8c): an error naming ``argument``, raised
+    before routing (no fallback recorded, no launch). ``wrong_error(error)`` is the problem text
+    when ``error`` (possibly None) is not the expected kind, else None."""
+    error = got["error"]
+    problems = []
+    if got["fallbacks"] or (got["route"] is not None and got["route"].path == "torch"):
+        problems.append(f"the call was routed to the reference (a fallback); {fallback}")
+    wrong = wrong_error(error)
+    if wrong:
+        problems.append(wrong)
+    elif not _names_argument(str(error), argument):
+        problems.append(f"{describe_exception(error, limit=160)}: the message must name the argument '{argument}'")
+    if got["launches"]:
+        problems.append(f"{launched} ran: validate before routing")
+    if problems:
+        return Verdict(False, None, "; ".join(problems))
+    return Verdict(True, None, describe_exception(error, limit=120))
+
+
+def _compare_softmax_bad(got: dict, expected, inputs) -> Verdict:
+    def wrong_error(error):
+        if error is None:
+            return "no error: expected a TypeError naming x"
+        if not isinstance(error, TypeError):
+            return f"{describe_exception(error, limit=160)}; expected a TypeError naming x, raised by your checks"
+        return None
+
+    return _bad_input_verdict(got, "x", "an integer tensor is bad input, an error before routing", wrong_error, "launch(x)")
+
+
+def _softmax_case(name, run, compare, shape, dtype, *, expected=_softmax_expected, case_dtype=None) -> Case:
+    return Case(name=name, inputs=lambda gen: _softmax_inputs(shape, dtype, gen), run=run, expected=expected, compare=compare, dtype=case_dtype)
+
+
+def row_softmax_cases() -> list[Case]:
+    """The cases of exercise 8b: served by the kernel (float32; float16 rows of exactly 1024; a
+    transposed 3-D float16 view), past the kernel's limits (rows of 1025, float64: the reference,
+    unsupported, the limit named, no launch; strict: FallbackError), bfloat16 on a simulated T4,
+    empty inputs (recorded, no warning, under strict routing) and an int32 tensor (a TypeError)."""
+    limit_words = (str(ROW_SOFTMAX_MAX_N),)
+    return [
+        SOFTMAX_SERVED.case("float32 4×100: served by the kernel", lambda gen: _softmax_inputs((4, 100), torch.float32, gen)),
+        SOFTMAX_SERVED.case(
+            f"float16 3×{ROW_SOFTMAX_MAX_N}: the longest row the kernel takes",
+            lambda gen: _softmax_inputs((3, ROW_SOFTMAX_MAX_N), torch.float16, gen),
+        ),
+        SOFTMAX_SERVED.case(
+            "float16 2×5×33, a transposed view", lambda gen: _softmax_inputs((2, 5, 33), torch.float16, gen, transposed=True)
+        ),
+        _softmax_case(
+            f"float32 3×{ROW_SOFTMAX_MAX_N + 1}: too long for the kernel", _softmax_limit_run(strict=False),
+            _compare_softmax_limit(limit_words, f"rows longer than {ROW_SOFTMAX_MAX_N}"), (3, ROW_SOFTMAX_MAX_N + 1), torch.float32,
+        ),
+        _softmax_case(
+            "float16 2×3000: too long for the kernel", _softmax_limit_run(strict=False),
+            _compare_softmax_limit(limit_words, f"rows longer than {ROW_SOFTMAX_MAX_N}"), (2, 3000), torch.float16,
+        ),
+        _softmax_case(
+            "float64 5×40: not the kernel's dtype", _softmax_limit_run(strict=False),
+            _compare_softmax_limit(("float64", "double"), "float64"), (5, 40), torch.float64,
+        ),
+        _softmax_case(
+            f"float32 2×{ROW_SOFTMAX_MAX_N + 1}, strict: FallbackError", _softmax_limit_run(strict=True), _compare_softmax_strict,
+            (2, ROW_SOFTMAX_MAX_N + 1), torch.float32, expected=_nothing,
+        ),
+        _softmax_case(
+            "bfloat16 4×40 on a simulated T4: unsupported", _softmax_limit_run(strict=False, t4=True),
+            _compare_softmax_limit(
+                ("bf16", "bfloat16"), "bfloat16 on a T4",
+                "pass dtype=x.dtype to runtime.dispatch (with unsupported=None when your own limits allow the call): it refuses bf16 below sm_80",
+            ), (4, 40), torch.bfloat16, case_dtype=torch.bfloat16,
+        ),
+        _softmax_case("empty 0×64, strict: recorded, no warning", _softmax_limit_run(strict=True), _compare_softmax_empty, (0, 64), torch.float32),
+        _softmax_case("empty 3×0, strict: recorded, no warning", _softmax_limit_run(strict=True), _compare_softmax_empty, (3, 0), torch.float16),
+        _softmax_case("bad input: x an int32 tensor", _softmax_limit_run(strict=False), _compare_softmax_bad, (3, 8), torch.int32, expected=_nothing),
+    ]  # fmt: skip
+
+
+def try_row_softmax(fn: Callable, x: torch.Tensor) -> Trial:
+    """Make the learner's op under a fresh name, call it once on ``x`` (not strict: a fallback is
+    shown, not raised), and show the result beside the reference with the route it took; never
+    raises. The verdict is that of a call the kernel should serve, or that of a fallback past the
+    kernel's limits."""
+    within = x.dtype in ROW_SOFTMAX_KERNEL_DTYPES and 0 < x.shape[-1] <= ROW_SOFTMAX_MAX_N and x.numel() > 0
+
+    run = _softmax_served if within else _softmax_limit_run(strict=False)
+    compare = _compare_softmax_served if within else _compare_softmax_limit((str(ROW_SOFTMAX_MAX_N), "float64"), "this input")
+
+    def show(got, expected):
+        if got is None:
+            return []
+        route = got["route"]
+        return [
+            ("route", _describe_route(route) + (f": {route.detail}" if route is not None and route.detail else "")),
+            ("launches", str(got["launches"])),
+            ("result", format_values(got["out"]) if isinstance(got["out"], torch.Tensor) else repr(got["out"])),
+            ("expected", format_values(expected)),
+        ]
+
+    return CaseTemplate(run, _softmax_expected, compare).trial(fn, (x,), title="make_row_softmax", show=show)
+
+
+# ==============================================================================================
+# Exercise 8c: a differentiable op, right under every autograd mode (SwiGLU around given
+# forward and backward kernels)
+# ==============================================================================================
+
+SWIGLU_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def swiglu_ref(gate: torch.Tensor, up: torch.Tensor, *, upcast: bool = False) -> torch.Tensor:
+    """``silu(gate) * up`` in PyTorch ops (differentiable by every autograd mode): the op's
+    reference, its fallback, and (with ``upcast``, in float64) the check's oracle."""
+    return _swiglu_ref(gate, up, upcast=upcast).contiguous()
+
+
+def swiglu_backward_ref(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, *, upcast: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dgate, dup)`` by the hand-derived formulas of chapter 5, with ``s = sigmoid(gate)``:
+    ``dgate = dy * up * s * (1 + gate * (1 - s))``, ``dup = dy * silu(gate)``. PyTorch ops, so
+    autograd can differentiate them again: the backward's reference, its fallback, and the path
+    for ``create_graph=True``."""
+    return _swiglu_bwd_ref(dy, gate, up, upcast=upcast)
+
+
+def _swiglu_launch_check(name: str, *tensors: torch.Tensor) -> None:
+    first = tensors[0]
+    if not all(isinstance(t, torch.Tensor) for t in tensors) or any(
+        t.shape != first.shape or t.dtype != first.dtype or t.device != first.device or t.dtype not in SWIGLU_DTYPES for t in tensors
+    ):
+        raise RuntimeError(f"{name}: expects float tensors of one shape, dtype and device (validate the inputs before routing)")
+
+
+def launch_swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """The given forward launcher: ``silu(gate) * up`` by the package's SwiGLU kernel (chapter 5),
+    into a new contiguous tensor. It refuses unvalidated inputs with a ``RuntimeError``."""
+    _swiglu_launch_check("launch_swiglu", gate, up)
+    return _swiglu_fwd(gate, up)
+
+
+def launch_swiglu_backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The given backward launcher: ``(dgate, dup)`` by the package's SwiGLU backward kernel, new
+    tensors. Its results are plain numbers to autograd: nothing records how they were computed,
+    so they cannot be differentiated again."""
+    _swiglu_launch_check("launch_swiglu_backward", dy, gate, up)
+    return _swiglu_bwd(dy, gate, up)
+
+
+@dataclasses.dataclass
+class _SwigluOp:
+    public: Callable
+    name: str
+    backward_name: str
+    launch: _CountedLaunch
+    launch_backward: _CountedLaunch
+
+
+def _register_swiglu(fn: Callable) -> _SwigluOp:
+    name, backward_name = fresh_op_name("swiglu"), fresh_op_name("swiglu_backward")
+    launch, launch_backward = _CountedLaunch(launch_swiglu), _CountedLaunch(launch_swiglu_backward)
+    public = fn(name, backward_name, launch, launch_backward)
+    if not callable(public):
+        raise TypeError(f"register_swiglu must return the public function, got {type(public).__name__}")
+    return _SwigluOp(public, name, backward_name, launch, launch_backward)
+
+
+def _swiglu_inputs(shape, dtype, gen):
+    """gate in [-6, 6), up, dy and two more directions (tangents, or the weights of a second
+    derivative): float32 draws on the kernel device in ``dtype``."""
+    device = kernel_device()
+    draw = [12 * torch.rand(*shape, generator=gen) - 6] + [torch.randn(*shape, generator=gen) for _ in range(4)]
+    return tuple(t.to(device=device, dtype=dtype) for t in draw)  # gate, up, dy, v_gate, v_up
+
+
+def _swiglu_context(strict: bool):
+    stack = contextlib.ExitStack()
+    stack.enter_context(runtime.strict(strict))
+    record = stack.enter_context(warnings.catch_warnings(record=True))
+    warnings.simplefilter("always")
+    return stack, record
+
+
+def _swiglu_routes(op: _SwigluOp, record) -> dict:
+    return {
+        "route": _route(op.name), "backward_route": _route(op.backward_name), "name": op.name, "backward_name": op.backward_name,
+        "launches": op.launch.calls, "backward_launches": op.launch_backward.calls, "fallbacks": _fallback_warnings(record),
+    }  # fmt: skip
+
+
+def _route_problem(route, name: str, want: tuple, what: str, hint: str) -> Optional[str]:
+    if route is None:
+        return f"nothing recorded under {name} ({what}): {hint}"
+    if (route.path, route.reason) != want:
+        wanted = want[0] + (f" ({want[1]})" if want[1] else "")
+        return f"{what} recorded {_describe_route(route)} under {name}; expected {wanted}: {hint}"
+    return None
+
+
+BACKWARD_ROUTE_HINT = (
+    "in the backward, runtime.dispatch(backward_name, device=..., dtype=..., kernel=lambda: launch_backward(dy, gate, up), "
+    "reference=lambda: exercise.swiglu_backward_ref(dy, gate, up))"
+)
+CREATE_GRAPH_HINT = (
+    "when torch.is_grad_enabled() inside the backward (create_graph=True), return "
+    'runtime.dispatch_reference(backward_name, "autograd", <why>, lambda: exercise.swiglu_backward_ref(dy, gate, up)): '
+    "PyTorch ops that autograd records"
+)
+FORWARD_MODE_HINT = (
+    "in the public function, before the operator: if runtime.autograd_mode_unsupported(gate, up) gives a reason, return "
+    'runtime.dispatch_reference(op_name, "autograd", reason, lambda: exercise.swiglu_ref(gate, up))'
+)
+
+
+def _compare_values(label: str, got, want: torch.Tensor, rtol: float, problems: list[str]) -> float:
+    if not isinstance(got, torch.Tensor):
+        problems.append(f"{label} is {type(got).__name__}, not a tensor")
+        return 0.0
+    verdict = compare_tensors({"out": got.detach()}, want, rtol=rtol)
+    if not verdict.passed:
+        problems.append(f"{label}: {verdict.detail}")
+    return verdict.error or 0.0
+
+
+# -- the kernels serve forward and backward -----------------------------------------------------
+
+
+def _swiglu_forward_run(fn, inputs) -> dict:
+    gate, up = inputs[:2]
+    op = _register_swiglu(fn)
+    stack, record = _swiglu_context(True)
+    with stack:
+        out = op.public(gate, up)
+    return {"out": out, **_swiglu_routes(op, record)}
+
+
+def _compare_swiglu_forward(got: dict, expected, inputs) -> Verdict:
+    gate = inputs[0]
+    problems: list[str] = []
+    error = _compare_values("out", got["out"], swiglu_ref(*inputs[:2], upcast=True), TOLERANCE[gate.dtype], problems)
+    problem = _route_problem(got["route"], got["name"], (_kernel_path(), None), "the forward", "the kernel serves it: route with runtime.dispatch")
+    problems += [problem] if problem else []
+    if got["launches"] != 1:
+        problems.append(f"launch(gate, up) ran {got['launches']} times; the kernel must serve the call, once")
+    if problems:
+        return Verdict(False, error, "; ".join(problems))
+    return Verdict(True, error, f"served by the kernel ({_kernel_path()})")
+
+
+def _swiglu_backward_run(fn, inputs) -> dict:
+    gate, up, dy = (t.clone() for t in inputs[:3])
+    gate.requires_grad_()
+    up.requires_grad_()
+    op = _register_swiglu(fn)
+    stack, record = _swiglu_context(True)
+    with stack:
+        out = op.public(gate, up)
+        if not (isinstance(out, torch.Tensor) and out.requires_grad):
+            raise RuntimeError("the output does not require grad although gate and up do: register the backward (op.register_autograd)")
+        out.backward(dy)
+    return {"dgate": gate.grad, "dup": up.grad, **_swiglu_routes(op, record)}
+
+
+def _compare_swiglu_backward(got: dict, expected, inputs) -> Verdict:
+    gate, up, dy = inputs[:3]
+    dgate, dup = swiglu_backward_ref(dy, gate, up, upcast=True)
+    problems: list[str] = []
+    worst = max(
+        _compare_values("dgate", got["dgate"], dgate, TOLERANCE[gate.dtype], problems),
+        _compare_values("dup", got["dup"], dup, TOLERANCE[gate.dtype], problems),
+    )
+    problem = _route_problem(got["backward_route"], got["backward_name"], (_kernel_path(), None), "the backward", BACKWARD_ROUTE_HINT)
+    problems += [problem] if problem else []
+    if got["backward_launches"] != 1:
+        problems.append(f"launch_backward ran {got['backward_launches']} times; the backward kernel must serve the backward, once")
+    if problems:
+        return Verdict(False, worst, "; ".join(problems))
+    return Verdict(True, worst, f"dgate and dup by the backward kernel, routed under the backward's name ({_kernel_path()})")
+
+
+# -- create_graph=True: the reference backward, so the second derivative is exact -----------------
+
+
+def _second_derivative(f, gate, up, dy, v_gate, v_up):
+    """``(dgate, dup)`` of ``f`` with create_graph, then the gradient of ``<dgate, v_gate> + <dup, v_up>``."""
+    gate, up = gate.detach().clone().requires_grad_(), up.detach().clone().requires_grad_()
+    out = f(gate, up)
+    dgate, dup = torch.autograd.grad(out, (gate, up), dy, create_graph=True)
+    if not (dgate.requires_grad or dup.requires_grad):
+        raise RuntimeError(
+            "the gradients from create_graph=True do not require grad: autograd recorded nothing of the backward, "
+            "so the second derivative would be zero: under create_graph the backward must return the reference backward "
+            "computed with grad on (not the kernel's results, no torch.no_grad, no .detach())"
+        )
+    hgate, hup = torch.autograd.grad((dgate * v_gate).sum() + (dup * v_up).sum(), (gate, up), allow_unused=True)
+    return dgate, dup, hgate, hup
+
+
+def _double_backward_run(fn, inputs) -> dict:
+    op = _register_swiglu(fn)
+    stack, record = _swiglu_context(False)
+    with stack:
+        try:
+            got = dict(zip(("dgate", "dup", "hgate", "hup"), _second_derivative(op.public, *inputs)))
+        except Exception as exc:  # noqa: BLE001 - the verdict names the error
+            got = {"error": exc}
+    return {**got, **_swiglu_routes(op, record)}
+
+
+def _double_backward_expected(inputs):
+    return _second_derivative(lambda g, u: swiglu_ref(g, u, upcast=True), *(t.double() for t in inputs))
+
+
+def _compare_double_backward(got: dict, expected, inputs) -> Verdict:
+    problems: list[str] = []
+    worst = 0.0
+    if "error" in got:
+        problems.append(describe_exception(got["error"], limit=200))
+    else:
+        for label, want in zip(("dgate", "dup", "hgate", "hup"), expected):
+            value = got[label]
+            if value is None:
+                problems.append(f"{label} is None: the second derivative must not vanish")
+                continue
+            worst = max(worst, _compare_values(label, value, want.detach(), 1e-9, problems))
+    problem = _route_problem(
+        got["backward_route"], got["backward_name"], ("torch", "autograd"), "the backward under create_graph=True", CREATE_GRAPH_HINT
+    )
+    problems += [problem] if problem else []
+    if problem is None and not any(got["backward_name"] in m for m in got["fallbacks"]):
+        problems.append("no FallbackWarning naming the backward: a fallback is never silent")
+    if problems:
+        return Verdict(False, worst or None, "; ".join(problems))
+    return Verdict(True, worst, "the reference backward under create_graph: second derivatives exact, recorded torch (autograd), warned")
+
+
+def _double_backward_strict_run(fn, inputs) -> dict:
+    op = _register_swiglu(fn)
+    error = None
+    stack, record = _swiglu_context(True)
+    with stack:
+        try:
+            _second_derivative(op.public, *inputs)
+        except Exception as exc:  # noqa: BLE001
+            error = exc
+    return {"error": error, **_swiglu_routes(op, record)}
+
+
+def _compare_strict_named(which: str, hint: str):
+    def compare(got: dict, expected, inputs) -> Verdict:
+        error, name = got["error"], got[which]
+        if isinstance(error, runtime.FallbackError):
+            if name not in str(error):
+                return Verdict(False, None, f"FallbackError, but not naming {name}: {describe_exception(error, limit=160)}; {hint}")
+            return Verdict(True, None, "FallbackError: strict routing forbids the fallback")
+        if error is None:
+            return Verdict(False, None, f"no error: under strict routing the reference is a fallback, and must raise FallbackError; {hint}")
+        return Verdict(False, None, f"{describe_exception(error, limit=160)}; expected tritonforge's FallbackError naming {name}; {hint}")
+
+    return compare
+
+
+# -- forward-mode AD and torch.func: the reference, loudly ----------------------------------------
+
+
+def _tangent_expected(inputs):
+    gate, up, _, t_gate, t_up = (t.double() for t in inputs)
+    return torch.func.jvp(lambda g, u: swiglu_ref(g, u, upcast=True), (gate, up), (t_gate, t_up))
+
+
+def _dual_run(fn, inputs) -> dict:
+    gate, up, _, t_gate, t_up = inputs
+    op = _register_swiglu(fn)
+    out = tangent = error = None
+    stack, record = _swiglu_context(False)
+    with stack:
+        try:
+            with torch.autograd.forward_ad.dual_level():
+                dual = op.public(torch.autograd.forward_ad.make_dual(gate, t_gate), torch.autograd.forward_ad.make_dual(up, t_up))
+                out, tangent = torch.autograd.forward_ad.unpack_dual(dual)
+        except Exception as exc:  # noqa: BLE001
+            error = exc
+    return {"out": out, "tangent": tangent, "error": error, **_swiglu_routes(op, record)}
+
+
+def _jvp_run(fn, inputs) -> dict:
+    gate, up, _, t_gate, t_up = inputs
+    op = _register_swiglu(fn)
+    out = tangent = error = None
+    stack, record = _swiglu_context(False)
+    with stack:
+        try:
+            out, tangent = torch.func.jvp(op.public, (gate, up), (t_gate, t_up))
+        except Exception as exc:  # noqa: BLE001
+            error = exc
+    return {"out": out, "tangent": tangent, "error": error, **_swiglu_routes(op, record)}
+
+
+def _compare_tangent(got: dict, expected, inputs) -> Verdict:
+    error = got["error"]
+    if isinstance(error, (runtime.FallbackError, NotImplementedError)):
+        return Verdict(True, None, f"refused loudly: {describe_exception(error, limit=120)}")
+    problems: list[str] = []
+    worst = 0.0
+    want_out, want_tangent = expected
+    if error is not None:
+        problems.append(describe_exception(error, limit=200))
+    elif got["tangent"] is None:
+        problems.append("the result has no tangent: the operator dropped it (a custom op has no forward-mode rule)")
+    else:
+        if not got["tangent"].abs().any() and want_tangent.abs().any():
+            problems.append("the tangent is all zeros: torch.func.jvp saw no derivative through the operator")
+        else:
+            worst = _compare_values("tangent", got["tangent"], want_tangent, 1e-9, problems)
+        _compare_values("out", got["out"], want_out, 1e-9, problems)
+    if not problems:
+        problem = _route_problem(got["route"], got["name"], ("torch", "autograd"), "the call", FORWARD_MODE_HINT)
+        if problem:
+            problems.append(problem)
+        elif not any(got["name"] in m for m in got["fallbacks"]):
+            problems.append("no FallbackWarning naming the op: a fallback is never silent")
+    elif error is None:
+        problems.append(FORWARD_MODE_HINT)
+    if problems:
+        return Verdict(False, worst or None, "; ".join(problems))
+    return Verdict(True, worst, "the reference carried the tangent: recorded torch (autograd), warned")
+
+
+def _jvp_strict_run(fn, inputs) -> dict:
+    gate, up, _, t_gate, t_up = inputs
+    op = _register_swiglu(fn)
+    error = None
+    stack, record = _swiglu_context(True)
+    with stack:
+        try:
+            torch.func.jvp(op.public, (gate, up), (t_gate, t_up))
+        except Exception as exc:  # noqa: BLE001
+            error = exc
+    return {"error": error, **_swiglu_routes(op, record)}
+
+
+def _func_grad_run(fn, inputs) -> dict:
+    gate, up, dy = inputs[:3]
+    op = _register_swiglu(fn)
+    grads = error = None
+    stack, record = _swiglu_context(False)
+    with stack:
+        try:
+            grads = torch.func.grad(lambda g, u: (op.public(g, u) * dy).sum(), argnums=(0, 1))(gate, up)
+        except Exception as exc:  # noqa: BLE001
+            error = exc
+    return {"grads": grads, "error": error, **_swiglu_routes(op, record)}
+
+
+def _compare_func_grad(got: dict, expected, inputs) -> Verdict:
+    gate, up, dy = inputs[:3]
+    problems: list[str] = []
+    worst = 0.0
+    if isinstance(got["error"], (runtime.FallbackError, NotImplementedError)):
+        return Verdict(True, None, f"refused loudly: {describe_exception(got['error'], limit=120)}")
+    if got["error"] is not None:
+        problems.append(f"{describe_exception(got['error'], limit=200)} ({FORWARD_MODE_HINT})")
+    else:
+        for label, value, want in zip(("dgate", "dup"), got["grads"], swiglu_backward_ref(dy, gate, up, upcast=True)):
+            worst = max(worst, _compare_values(label, value, want, 1e-9, problems))
+        problem = _route_problem(got["route"], got["name"], ("torch", "autograd"), "the call", FORWARD_MODE_HINT)
+        problems += [problem] if problem else []
+    if problems:
+        return Verdict(False, worst or None, "; ".join(problems))
+    return Verdict(True, worst, "the reference under torch.func.grad: recorded torch (autograd)")
+
+
+def _swiglu_bad_run(fn, inputs) -> dict:
+    gate, up = inputs[:2]
+    op = _register_swiglu(fn)
+    error = None
+    stack, record = _swiglu_context(False)
+    with stack:
+        try:
+            op.public(gate, up[..., :-1])
+        except Exception as exc:  # noqa: BLE001
+            error = exc
+    return {"error": error, **_swiglu_routes(op, record)}
+
+
+def _compare_swiglu_bad(got: dict, expected, inputs) -> Verdict:
+    def wrong_error(error):
+        if isinstance(error, (TypeError, ValueError)):
+            return None
+        return f"{'no error' if error is None else describe_exception(error, limit=160)}; expected a ValueError naming up"
+
+    return _bad_input_verdict(got, "up", "bad input must raise before routing", wrong_error, "launch(gate, up)")
+
+
+def _swiglu_case(name, run, compare, shape, dtype, *, expected=_nothing, case_dtype=None) -> Case:
+    return Case(name=name, inputs=lambda gen: _swiglu_inputs(shape, dtype, gen), run=run, expected=expected, compare=compare, dtype=case_dtype)
+
+
+def swiglu_cases() -> list[Case]:
+    """The cases of exercise 8c: the forward and the backward served by their kernels (the
+    backward routed under its own name), double backward (create_graph=True: the reference backward,
+    second derivatives exact in float64; strict: FallbackError), forward-mode AD, torch.func.jvp
+    and torch.func.grad (the reference, loudly; strict: FallbackError), and a bad input."""
+    return [
+        _swiglu_case("float32 4×40: forward by the kernel", _swiglu_forward_run, _compare_swiglu_forward, (4, 40), torch.float32),
+        _swiglu_case(
+            "float32 3×50: backward by its kernel, under its own name", _swiglu_backward_run, _compare_swiglu_backward, (3, 50), torch.float32,
+        ),
+        _swiglu_case("float16 2×3×24: backward by its kernel", _swiglu_backward_run, _compare_swiglu_backward, (2, 3, 24), torch.float16),
+        _swiglu_case(
+            "float64 3×16, create_graph=True: second derivatives", _double_backward_run, _compare_double_backward, (3, 16), torch.float64,
+            expected=_double_backward_expected,
+        ),
+        _swiglu_case(
+            "create_graph=True, strict: FallbackError", _double_backward_strict_run, _compare_strict_named("backward_name", CREATE_GRAPH_HINT),
+            (2, 8), torch.float64,
+        ),
+        _swiglu_case("float64 3×20, forward-mode AD (make_dual)", _dual_run, _compare_tangent, (3, 20), torch.float64, expected=_tangent_expected),
+        _swiglu_case("float64 2×3×12, torch.func.jvp", _jvp_run, _compare_tangent, (2, 3, 12), torch.float64, expected=_tangent_expected),
+        _swiglu_case(
+            "torch.func.jvp, strict: FallbackError", _jvp_strict_run, _compare_strict_named("name", FORWARD_MODE_HINT), (2, 8), torch.float64,
+        ),
+        _swiglu_case("float64 4×10, torch.func.grad", _func_grad_run, _compare_func_grad, (4, 10), torch.float64),
+        _swiglu_case("bad input: up of another shape", _swiglu_bad_run, _compare_swiglu_bad, (3, 16), torch.float32),
+    ]  # fmt: skip
+
+
+def try_swiglu(fn: Callable, gate: torch.Tensor, up: torch.Tensor) -> Trial:
+    """Register the learner's op and its backward under fresh names, run a forward and a backward
+    (strict) on ``gate`` and ``up``, and show the gradients beside the reference's, with the routes;
+    never raises."""
+    dy = torch.ones_like(gate)
+
+    def show(got, expected):
+        if got is None:
+            return []
+        want = swiglu_backward_ref(dy, gate, up, upcast=True)
+        return [
+            ("forward route", _describe_route(got["route"])),
+            ("backward route", _describe_route(got["backward_route"])),
+            ("dgate", format_values(got["dgate"]) if isinstance(got["dgate"], torch.Tensor) else repr(got["dgate"])),
+            ("expected dgate", format_values(want[0])),
+            ("dup", format_values(got["dup"]) if isinstance(got["dup"], torch.Tensor) else repr(got["dup"])),
+            ("expected dup", format_values(want[1])),
+        ]
+
+    inputs = (gate, up, dy, dy, dy)
+    return CaseTemplate(_swiglu_backward_run, _nothing, _compare_swiglu_backward).trial(fn, inputs, title="register_swiglu", show=show)

@@ -42,7 +42,7 @@ from typing import Any, Optional
 
 import torch
 
-from tritonforge import runtime
+from tritonforge import hardware
 
 # ----------------------------------------------------------------------------------------------
 # The mechanism
@@ -299,6 +299,24 @@ def run_trial(fn: Callable, case: Case, inputs: Any, *, title: str, show: Callab
     return Trial(title, verdict, shown)
 
 
+@dataclasses.dataclass(frozen=True)
+class CaseTemplate:
+    """What every case of one exercise shares: how it runs the learner's function, the expected
+    answer and the comparison. :meth:`case` makes one of the check's cases from its name and its
+    inputs; :meth:`trial` runs the notebook's "try it" cell on inputs the learner chose."""
+
+    run: Callable[[Callable, Any], Any]
+    expected: Callable[[Any], Any]
+    compare: Callable[[Any, Any, Any], Verdict]
+
+    def case(self, name: str, inputs: Callable[[torch.Generator], Any], *, dtype: Optional[torch.dtype] = None) -> Case:
+        return Case(name=name, inputs=inputs, run=self.run, expected=self.expected, compare=self.compare, dtype=dtype)
+
+    def trial(self, fn: Callable, inputs: Any, *, title: str, show: Callable[[Any, Any], list[tuple[str, str]]]) -> Trial:
+        """:func:`run_trial` of one case on ``inputs`` (already guarded); never raises."""
+        return run_trial(fn, self.case("try", lambda gen: inputs), inputs, title=title, show=show)
+
+
 def format_values(t: torch.Tensor, *, precision: int = 4) -> str:
     """A short tensor as plain numbers (NaN shows as ``nan``), for a trial's printout."""
     import numpy as np  # torch needs it here anyway; imported late to keep the import light
@@ -313,19 +331,19 @@ def format_values(t: torch.Tensor, *, precision: int = 4) -> str:
 
 def kernel_device() -> str:
     """Where exercise kernels run: a CUDA GPU when Triton compiles for it, else the CPU."""
-    return "cuda" if torch.cuda.is_available() and not runtime.interpreting() else "cpu"
+    return "cuda" if torch.cuda.is_available() and not hardware.interpreting() else "cpu"
 
 
 def half_dtype() -> torch.dtype:
     """The 16-bit dtype for a notebook's "try it" cell: bfloat16 where the device runs bf16
     kernels (sm_80 and newer, or the CPU's interpreter), float16 on a T4."""
-    return torch.bfloat16 if runtime.supports_bf16(torch.device(kernel_device())) else torch.float16
+    return torch.bfloat16 if hardware.supports_bf16(torch.device(kernel_device())) else torch.float16
 
 
 def case_unsupported(case: Case) -> Optional[str]:
     """Why ``case`` is not run on this device (a bf16 case on a GPU without bf16), or None."""
-    if case.dtype == torch.bfloat16 and not runtime.supports_bf16(torch.device(kernel_device())):
-        cap = runtime.device_capability(torch.device(kernel_device())) or (0, 0)
+    if case.dtype == torch.bfloat16 and not hardware.supports_bf16(torch.device(kernel_device())):
+        cap = hardware.device_capability(torch.device(kernel_device())) or (0, 0)
         return f"skipped: the book runs no bf16 kernel on this GPU (sm_{cap[0]}{cap[1]}); the float16 cases cover 16-bit"
     return None
 
@@ -339,12 +357,19 @@ class Guarded:
     margin: tuple[int, ...] = ()  # NaN indices past each dimension's end that the buffer holds (:func:`element_map`'s frame)
 
     def outside_written(self) -> int:
-        inside = torch.zeros(self.buffer.numel(), dtype=torch.bool, device=self.buffer.device)
-        idx = torch.zeros((), dtype=torch.long, device=self.buffer.device) + self.view.storage_offset()
-        for size, stride in zip(self.view.shape, self.view.stride()):
-            idx = (idx.unsqueeze(-1) + torch.arange(size, device=self.buffer.device) * stride).reshape(-1)
+        return written_outside(self.buffer, (self.view,))
+
+
+def written_outside(buffer: torch.Tensor, views: Sequence[torch.Tensor]) -> int:
+    """Elements of ``buffer`` written (not NaN) outside every one of ``views`` (one guarded output,
+    or outputs that share one allocation, such as the two halves of one gradient)."""
+    inside = torch.zeros(buffer.numel(), dtype=torch.bool, device=buffer.device)
+    for view in views:
+        idx = torch.zeros((), dtype=torch.long, device=buffer.device) + view.storage_offset()
+        for size, stride in zip(view.shape, view.stride()):
+            idx = (idx.unsqueeze(-1) + torch.arange(size, device=buffer.device) * stride).reshape(-1)
         inside[idx] = True
-        return int((~torch.isnan(self.buffer[~inside])).sum())
+    return int((~torch.isnan(buffer[~inside])).sum())
 
 
 def guarded(
@@ -594,9 +619,6 @@ def with_hint(verdict: Verdict, hint: str) -> Verdict:
     return dataclasses.replace(verdict, detail=f"{verdict.detail}. {hint}")
 
 
-# ---- small helpers the checks of chapters 5 and 6 share ----------------------------------------
-
-
 def quiet(run, *args):
     """Run a kernel with numpy's floating-point warnings off: an ``exp`` that overflows in the
     interpreter is the verdict's business (it names it), not a warning under the table."""
@@ -604,6 +626,43 @@ def quiet(run, *args):
 
     with np.errstate(all="ignore"):
         return run(*args)
+
+
+# ---- one guarded run of a kernel, and the verdict on one output -------------------------------
+
+
+def run_guarded(launch: Callable, kernel, inputs: Sequence[Guarded], outputs: Sequence[Guarded], *extra) -> tuple[Any, bool]:
+    """Run ``launch(kernel, *input views, *extra, *output views)`` (the exercise's given launcher,
+    :func:`quiet`) and wait for the device: ``(what launch returned, whether it changed an input)``."""
+    before = snapshot(*inputs)
+    result = quiet(launch, kernel, *(g.view for g in inputs), *extra, *(g.view for g in outputs))
+    synchronize(outputs[0].view)
+    return result, changed(inputs, before)
+
+
+def run_one_output(launch: Callable, kernel, inputs: Sequence[Guarded], out: Guarded, *extra) -> dict:
+    """:func:`run_guarded` of a kernel with one output: what :func:`compare_tensors` reads, and the
+    output's guard under ``"guard"`` (its picture, :func:`compare_output`)."""
+    _, inputs_changed = run_guarded(launch, kernel, inputs, (out,), *extra)
+    return {"out": out.view, "outside": out.outside_written(), "inputs_changed": inputs_changed, "guard": out}
+
+
+def compare_output(got: dict, expected: torch.Tensor, *, rtol: float, name: str = "out", hint: str = "") -> Verdict:
+    """The verdict on one guarded output (:func:`run_one_output`): :func:`compare_tensors`, the
+    ``hint`` where values are wrong (:func:`with_hint`), and, for a failed case, a picture of the
+    output named ``name`` in its margin (:func:`element_map`)."""
+    verdict = with_hint(compare_tensors(got, expected, rtol=rtol), hint)
+    return with_picture(verdict, lambda: element_map(got["guard"], expected, rtol=rtol, name=name), got["guard"])
+
+
+def show_values(got: dict, expected: torch.Tensor) -> list[tuple[str, str]]:
+    """A trial's printout of a short output: yours, then the answer."""
+    return [("yours:", format_values(got["out"])), ("expected:", format_values(expected))]
+
+
+def show_first_rows(got: dict, expected: torch.Tensor) -> list[tuple[str, str]]:
+    """A trial's printout of an output of long rows: the first row of yours, then of the answer."""
+    return [("yours, row 0:", format_values(got["out"][0])), ("expected, row 0:", format_values(expected[0]))]
 
 
 def matches(got: torch.Tensor, candidate: torch.Tensor, rtol: float) -> bool:
@@ -622,3 +681,42 @@ def largest_difference(got: torch.Tensor, expected: torch.Tensor) -> str:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
+
+
+# ---- [B, H, N, D] tensors (chapters 7 and 9) ----------------------------------------------------
+
+
+def require_heads(**tensors: torch.Tensor) -> None:
+    """Raise ``ValueError`` naming the tensor unless each is ``[B, H, N, D]`` with unit stride along ``D``."""
+    for name, t in tensors.items():
+        if t.dim() != 4 or t.stride(3) != 1:
+            raise ValueError(f"{name} must be [B, H, N, D] with unit stride along D (any other strides)")
+
+
+def guarded_heads(x: torch.Tensor, layout: str, *, pad: int, before: int = 0, fill: float = float("nan"), min_size: int = 0) -> Guarded:
+    """``x [B, H, N, D]`` in a buffer of ``fill`` on the kernel device, ``pad`` rows past every
+    head's last row and ``before`` rows before the first one (a row index −1 … −before stays
+    inside the buffer), at least ``min_size`` elements. ``"bhnd"``: each head's rows contiguous;
+    ``"bnhd"``: the storage of a ``[B, N, H, D]`` tensor (a fused projection's), seen as ``[B, H, N, D]``."""
+    B, H, N, D = x.shape
+    rows = N + pad
+    if layout == "bnhd":
+        strides, row = (rows * H * D, D, H * D, 1), H * D
+    else:
+        strides, row = (H * rows * D, rows * D, D, 1), D
+    return guarded(x, strides, offset=before * row, margin=(0, 0, pad, 0), device=kernel_device(), fill=fill, min_size=min_size)
+
+
+def head_rows_map(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], *, rtol: float, name: str, width: int = 64) -> str:
+    """A picture of ``[B, H, N, D]`` outputs: one line per (batch, head) of each ``(out, expected)``
+    pair in turn, one character per row ``n`` (``·`` every element right, ``x`` some wrong by
+    more than ``rtol · max(1, max|expected|)``, ``?`` some NaN), folded past ``width`` rows."""
+    lines = []
+    for out, expected in pairs:
+        o, e = out.detach().double().cpu(), expected.double().cpu()
+        tol = rtol * max(1.0, float(e.abs().max()))
+        nan = o.isnan().any(dim=-1)
+        wrong = ((o - e).abs() > tol).any(dim=-1)
+        lines.append(torch.where(nan, float("nan"), torch.where(wrong, 1.0, 0.0)).reshape(-1, o.shape[2]))
+    cells = torch.cat(lines)
+    return element_map(cells, torch.zeros_like(cells), rtol=0.25, limit=(24, width), name=name)

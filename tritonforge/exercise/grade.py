@@ -5,7 +5,8 @@ code the learner wrote — the cell tagged ``exercise-stub``, after the notebook
 (the code cells above it, less the Colab install cell) — imports it from a file, and runs the
 exercise's check on the function it defines, guarded like the notebook's check cell. It prints,
 per exercise, ``passed``, ``not attempted`` (the function's body is still the stub's: only
-``pass``, ``...``, a docstring or ``raise NotImplementedError``), or ``FAILED`` with each failing
+``pass``, ``...``, a docstring or ``raise NotImplementedError``; in a stub that hands over a
+kernel, every ``TODO`` part still ``pass``), or ``FAILED`` with each failing
 case and the check's own verdict, and the pictures of the output that the check draws for its
 first failed cases (:meth:`Report.pictured <tritonforge.exercise.core.Report.pictured>`). The exit
 status is 0 only if every graded exercise passed.
@@ -14,15 +15,15 @@ Each notebook is graded in a child process, so a kernel that crashes the interpr
 unmasked access far outside every buffer can) fails that exercise with a message instead of
 ending the grading.
 
-:data:`NOTEBOOKS` maps each notebook's stem to its :class:`Exercise`: the function the learner
-writes, its check, and the stub as shipped (:mod:`tritonforge.exercise.stubs`).
+:data:`NOTEBOOKS` maps each notebook's stem to its row of the registry
+(:class:`~tritonforge.exercise.registry.Exercise`: the function the learner writes, its check);
+the notebook is read with :mod:`tritonforge.exercise.stubs`, which also says whether the stub is
+untouched.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
 import importlib.util
 import json
 import os
@@ -32,70 +33,18 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Optional
 
-from tritonforge.exercise.ch01 import check_arithmetic_intensity, check_fused_add_rms_norm_traffic, check_roofline_prediction
-from tritonforge.exercise.ch02 import check_bias_relu_2d, check_row_max, check_transpose
-from tritonforge.exercise.ch03 import check_fused_add_rms_norm, check_layer_norm_fwd, check_rms_norm_long_rows
-from tritonforge.exercise.ch04 import check_fused_add_rms_norm_backward, check_rms_norm_dweight, check_rms_norm_dx
-from tritonforge.exercise.ch05 import check_geglu, check_matmul_bias_silu, check_swiglu_bwd
-from tritonforge.exercise.ch06 import check_cross_entropy, check_log_softmax, check_merge_states
-from tritonforge.exercise.ch07 import check_attention_alibi, check_attention_softcap, check_sliding_window_attention
-from tritonforge.exercise.ch08 import check_scaled_residual_add
-from tritonforge.exercise.ch09 import check_rope
-from tritonforge.exercise.core import Report, describe_exception
-from tritonforge.exercise.stubs import STUBS
+from tritonforge.exercise.core import describe_exception
+from tritonforge.exercise.registry import NOTEBOOKS, Exercise
+from tritonforge.exercise.stubs import CHECK_TAG, STUB_TAG, is_untouched, source, stub_cell, tags, without_magics
 
-STUB_TAG = "exercise-stub"
-CHECK_TAG = "exercise-check"
 SKIPPED_TAGS = ("colab-install",)
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-
-@dataclasses.dataclass(frozen=True)
-class Exercise:
-    """One exercise notebook: the function the learner writes, its check, its stub as shipped."""
-
-    stem: str
-    function: str
-    check: Callable[..., Report]
-
-    @property
-    def stub(self) -> str:
-        return STUBS[self.stem]
-
-
-NOTEBOOKS = {
-    e.stem: e
-    for e in (
-        Exercise("ex01a_arithmetic_intensity", "arithmetic_intensity", check_arithmetic_intensity),
-        Exercise("ex01b_roofline_prediction", "roofline_prediction", check_roofline_prediction),
-        Exercise("ex01c_fused_add_rms_norm_traffic", "fused_add_rms_norm_traffic", check_fused_add_rms_norm_traffic),
-        Exercise("ex02a_bias_relu_2d", "bias_relu_2d_kernel", check_bias_relu_2d),
-        Exercise("ex02b_row_max", "row_max_kernel", check_row_max),
-        Exercise("ex02c_transpose", "transpose_kernel", check_transpose),
-        Exercise("ex03a_layer_norm_forward", "layer_norm_fwd_kernel", check_layer_norm_fwd),
-        Exercise("ex03b_fused_add_rms_norm", "fused_add_rms_norm_kernel", check_fused_add_rms_norm),
-        Exercise("ex03c_rms_norm_long_rows", "rms_norm_long_rows_kernel", check_rms_norm_long_rows),
-        Exercise("ex04a_rms_norm_dweight", "rms_norm_dweight_kernel", check_rms_norm_dweight),
-        Exercise("ex04b_rms_norm_dx", "rms_norm_dx_kernel", check_rms_norm_dx),
-        Exercise("ex04c_fused_add_rms_norm_backward", "fused_add_rms_norm_backward", check_fused_add_rms_norm_backward),
-        Exercise("ex05a_geglu_forward", "geglu_kernel", check_geglu),
-        Exercise("ex05b_swiglu_backward", "swiglu_bwd_kernel", check_swiglu_bwd),
-        Exercise("ex05c_matmul_bias_silu", "matmul_bias_silu_kernel", check_matmul_bias_silu),
-        Exercise("ex06a_log_softmax", "log_softmax_kernel", check_log_softmax),
-        Exercise("ex06b_merge_softmax_states", "merge_states_kernel", check_merge_states),
-        Exercise("ex06c_cross_entropy", "cross_entropy_kernel", check_cross_entropy),
-        Exercise("ex07a_softcapping", "attention_softcap_kernel", check_attention_softcap),
-        Exercise("ex07b_alibi", "attention_alibi_kernel", check_attention_alibi),
-        Exercise("ex07c_sliding_window", "sliding_window_attention_kernel", check_sliding_window_attention),
-        Exercise("ex08a_register_an_op", "register_scaled_residual_add", check_scaled_residual_add),
-        Exercise("ex09a_fused_rope", "rope_kernel", check_rope),
-    )
-}
-"""Every exercise notebook, by stem, in the book's order."""
+__all__ = ["CHECK_TAG", "NOTEBOOKS", "STUB_TAG", "grade", "grade_one", "identify", "is_untouched", "learner_code", "main", "resolve"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -103,32 +52,12 @@ NOTEBOOKS = {
 # ----------------------------------------------------------------------------------------------
 
 
-def _tags(cell: dict) -> list[str]:
-    return cell.get("metadata", {}).get("tags", [])
-
-
-def _source(cell: dict) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else source
-
-
-def _without_magics(source: str) -> str:
-    """IPython's ``%magic`` and ``!shell`` lines become ``pass  # %magic``: the code runs as a
-    plain module (and an ``if`` around a magic keeps its body)."""
-
-    def plain(line: str) -> str:
-        body = line.lstrip()
-        return f"{line[: len(line) - len(body)]}pass  # {body}" if body.startswith(("%", "!")) else line
-
-    return "\n".join(plain(line) for line in source.splitlines())
-
-
 def identify(notebook: dict, path: pathlib.Path) -> Optional[Exercise]:
     """The exercise a notebook holds: by the check its check cell calls (a renamed copy is still
     recognized), else by its file name."""
     for cell in notebook.get("cells", []):
-        if CHECK_TAG in _tags(cell):
-            match = re.search(r"exercise\.(check_\w+)\(", _source(cell))
+        if CHECK_TAG in tags(cell):
+            match = re.search(r"exercise\.(check_\w+)\(", source(cell))
             if match:
                 for exercise in NOTEBOOKS.values():
                     if exercise.check.__name__ == match.group(1):
@@ -140,52 +69,9 @@ def learner_code(notebook: dict) -> tuple[str, str]:
     """``(setup, stub)``: the code cells above the stub cell (less the Colab install cell), and
     the stub cell as the learner left it. Raises ``ValueError`` if there is not exactly one."""
     cells = notebook.get("cells", [])
-    stub_at = [i for i, c in enumerate(cells) if STUB_TAG in _tags(c)]
-    if len(stub_at) != 1:
-        raise ValueError(f"expected one cell tagged {STUB_TAG!r} (the cell marked 'your code'), found {len(stub_at)}")
-    setup = [
-        _without_magics(_source(c))
-        for c in cells[: stub_at[0]]
-        if c.get("cell_type") == "code" and not any(t in _tags(c) for t in SKIPPED_TAGS)
-    ]
-    return "\n\n".join(setup), _source(cells[stub_at[0]])
-
-
-def _shipped_definitions(function: str) -> list[str]:
-    """``ast.dump`` of ``function``'s definition in every shipped stub that defines it."""
-    dumps = []
-    for source in STUBS.values():
-        tree = ast.parse(source)
-        dumps += [ast.dump(n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function]
-    return dumps
-
-
-def is_untouched(stub: str, function: str) -> bool:
-    """True if ``function``'s body in ``stub`` is still a stub's: only a docstring, ``pass``,
-    ``...``, comments or ``raise NotImplementedError(...)``; or, for a stub that hands over a
-    working kernel with a part left to write (chapter 7's), still that kernel as shipped (the
-    same code; comments and layout aside)."""
-    try:
-        tree = ast.parse(_without_magics(stub))
-    except SyntaxError:
-        return False
-    defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function]
-    if not defs:
-        return False
-    if ast.dump(defs[-1]) in _shipped_definitions(function):
-        return True
-    for stmt in defs[-1].body:
-        if isinstance(stmt, ast.Pass):
-            continue
-        constant = stmt.value.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) else None
-        if isinstance(constant, str) or constant is Ellipsis:
-            continue
-        if isinstance(stmt, ast.Raise) and stmt.exc is not None:
-            exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
-            if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
-                continue
-        return False
-    return True
+    at = stub_cell(notebook)
+    setup = [without_magics(source(c)) for c in cells[:at] if c.get("cell_type") == "code" and not any(t in tags(c) for t in SKIPPED_TAGS)]
+    return "\n\n".join(setup), source(cells[at])
 
 
 def load_function(setup: str, stub: str, function: str, directory: pathlib.Path, module_name: str):
@@ -218,7 +104,7 @@ def grade_one(path: pathlib.Path) -> dict:
     exercise = identify(notebook, path)
     if exercise is None:
         return {"status": "error", "summary": "not an exercise notebook (no exercise.check_… call in a cell tagged 'exercise-check')"}
-    result = {"exercise": exercise.stem, "function": exercise.function}
+    result = {"exercise": exercise.notebook, "function": exercise.function}
     try:
         setup, stub = learner_code(notebook)
     except ValueError as exc:
@@ -227,7 +113,7 @@ def grade_one(path: pathlib.Path) -> dict:
         return {**result, "status": "not attempted", "summary": "the function is still the stub as shipped: write it in the cell marked 'your code'"}
     with tempfile.TemporaryDirectory(prefix="tritonforge-grade-") as tmp:
         try:
-            fn = load_function(setup, stub, exercise.function, pathlib.Path(tmp), f"learner_{exercise.stem}")
+            fn = load_function(setup, stub, exercise.function, pathlib.Path(tmp), f"learner_{exercise.notebook}")
         except BaseException as exc:  # noqa: BLE001 - a SyntaxError or NameError in the learner's cell
             return {**result, "status": "failed", "summary": f"the code in the cell marked 'your code' did not run: {describe_exception(exc)}"}
         report = exercise.check(fn)
@@ -270,7 +156,7 @@ def _which(path: pathlib.Path) -> dict:
         exercise = identify(json.loads(path.read_text(encoding="utf-8")), path)
     except (OSError, ValueError):
         exercise = None
-    return {"exercise": exercise.stem, "function": exercise.function} if exercise else {}
+    return {"exercise": exercise.notebook, "function": exercise.function} if exercise else {}
 
 
 def resolve(names: Sequence[str], directory: pathlib.Path) -> list[pathlib.Path]:

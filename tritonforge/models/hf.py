@@ -31,7 +31,8 @@ from tritonforge import runtime
 from tritonforge.ops.attention import attend, mask_ids
 from tritonforge.ops.rmsnorm import rms_norm
 from tritonforge.ops.rope import rope_qk
-from tritonforge.ops.swiglu import front_is_fused, swiglu, swiglu_mlp_front
+from tritonforge.ops.swiglu import swiglu
+from tritonforge.ops.swiglu_front import front_is_fused, swiglu_mlp_front
 
 ATTN_IMPLEMENTATION = "tritonforge"
 ATTENTION_OP = "flash_attention"

@@ -41,7 +41,8 @@ import torch
 from tritonforge.ops.attention import flash_attention
 from tritonforge.ops.rmsnorm import rms_norm
 from tritonforge.ops.rope import rope
-from tritonforge.ops.swiglu import front_is_fused, swiglu, swiglu_mlp_front
+from tritonforge.ops.swiglu import swiglu
+from tritonforge.ops.swiglu_front import front_is_fused, swiglu_mlp_front
 from tritonforge.reference import flash_attention_ref, rms_norm_ref, rope_ref, swiglu_mlp_front_ref
 
 BACKENDS = ("torch", "sdpa", "tritonforge")

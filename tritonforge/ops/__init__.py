@@ -3,19 +3,35 @@ function). Modules are named for the op, not like the function they export, so t
 ``tritonforge.ops.rmsnorm`` (the module) and ``tritonforge.rms_norm`` (the function) never
 shadow each other.
 
-=================  =====================================  ==========
-module             public function                        chapter
-=================  =====================================  ==========
-``fused_axpy``     ``axpy``                               0
-``rmsnorm``        ``rms_norm``                           3, 4
-``swiglu``         ``swiglu``, ``swiglu_mlp_front``       5
-``softmax``        ``softmax``                            6
-``attention``      ``flash_attention``                    7
-``rope``           ``rope``, ``rope_qk``                  9
-``teaching``       ``vector_add``, ``add_2d``,            2
-                   ``program_map``
-=================  =====================================  ==========
+======================  =====================================  ==========
+module                  public function                        chapter
+======================  =====================================  ==========
+``fused_axpy``          ``axpy``                               0
+``teaching``            ``vector_add``, ``add_2d``,            2
+                        ``program_map``
+``rmsnorm``             ``rms_norm``                           3
+``rmsnorm_backward``    (its autograd)                         4
+``swiglu``              ``swiglu``                             5
+``swiglu_front``        ``swiglu_mlp_front``                   5
+``softmax``             ``softmax``                            6
+``attention``           ``flash_attention``                    7
+``attention_prefill``   (its prefill path)                     7
+``attention_decode``    (its decode path)                      7
+``attention_backward``  (its autograd)                         7
+``rope``                ``rope``, ``rope_qk``                  9
+``gpu``                 (the GPU's fast paths, beside the ops  3, 6
+                        that choose them: cooperative rows,
+                        several rows a program)
+======================  =====================================  ==========
 
-Ops import only the floor below them (``runtime``, ``reference``, ``kernel_utils``,
-``_triton``); nothing here imports the benchmark harness, the book's helpers or the exercises.
+Ops import only the floor below them (``runtime``, ``checks``, ``hardware``, ``launches``,
+``reference``, ``kernel_utils``, ``_triton``); nothing here imports the benchmark harness, the
+book's helpers or the exercises. A backward module registers its op's autograd when imported, so
+this package imports them.
 """
+
+from tritonforge.ops import (
+    attention_backward,  # noqa: F401  (registers flash_attention's autograd)
+    rmsnorm_backward,  # noqa: F401  (registers rms_norm's autograd)
+    softmax_backward,  # noqa: F401  (registers softmax's autograd)
+)

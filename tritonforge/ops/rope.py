@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from tritonforge import runtime
+from tritonforge import checks, launches, runtime
 from tritonforge._triton import tl, triton
 from tritonforge.kernel_utils import acc_dtype, cast_for_store, round_bf16_by_hand
 from tritonforge.reference import rope_bwd_ref, rope_ref
@@ -155,18 +155,40 @@ def _as_4d(x: torch.Tensor) -> torch.Tensor:
 def rope_launch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backward: bool = False) -> torch.Tensor:
     """Launch the kernel: y (or dx from dy when ``backward``), contiguous, x's shape and dtype."""
     x4 = _as_4d(x)
-    B, H, N, D = x4.shape
     cos = cos if cos.stride(-1) == 1 else cos.contiguous()
     sin = sin if sin.stride(-1) == 1 else sin.contiguous()
-    y = _empty(*x.shape, dtype=x.dtype, device=x.device)
+    return launcher(x4, cos, sin, x.shape, backward)(x4, cos, sin)
+
+
+def launcher(x4: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, shape: torch.Size, backward: bool = False):
+    """The launch for ``x4 [B, H, N, D]`` and tables of these shapes, strides, dtypes and device
+    (unit stride along the head dimension), every decision taken now: a function of ``(x4, cos,
+    sin)`` that allocates y of ``shape`` (contiguous) and launches the kernel."""
+    B, H, N, D = x4.shape
     half = D // 2
     half_p2 = triton.next_power_of_2(half)
     block_n = min(triton.next_power_of_2(N), max(1, TILE_ELEMENTS // half_p2))
-    grid = (triton.cdiv(N, block_n), B * H)
-    _rope_kernel[grid](x4, cos, sin, y, H, N, half, *x4.stride()[:3], cos.stride(0), sin.stride(0), BLOCK_N=block_n,
-                       HALF_P2=half_p2, BACKWARD=backward, ACC_DTYPE=acc_dtype(x.dtype),
-                       ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=4)  # fmt: skip
-    return y
+    kernel = launches.bound_launch(_rope_kernel, (triton.cdiv(N, block_n), B * H), BLOCK_N=block_n, HALF_P2=half_p2,
+                                  BACKWARD=backward, ACC_DTYPE=acc_dtype(x4.dtype), ROUND_BF16=round_bf16_by_hand(x4.dtype),
+                                  num_warps=4)  # fmt: skip
+    scalars = (H, N, half, *x4.stride()[:3], cos.stride(0), sin.stride(0))
+    dtype, device = x4.dtype, x4.device
+
+    def launch(x4, cos, sin):
+        y = _empty(*shape, dtype=dtype, device=device)
+        kernel(x4, cos, sin, y, *scalars)
+        return y
+
+    return launch
+
+
+def _remembered_launch(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """:func:`launcher` for this signature, or ``None`` where x or a table would be copied first."""
+    if x.dim() > 4 or any(t.stride(-1) != 1 for t in (x, cos, sin)):
+        return None
+    launch = launcher(_as_4d(x), cos, sin, x.shape)
+    lead = (1,) * (4 - x.dim())
+    return lambda x, cos, sin: launch(x.view(*lead, *x.shape), cos, sin)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -223,14 +245,7 @@ def backward(ctx, dy):
     routed fallback, so a second derivative is exact, never zeros). cos and sin get no gradient
     here: the public function sends calls that need one to the reference."""
     cos, sin = ctx.saved_tensors
-    if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-        dx = runtime.dispatch_reference(
-            BACKWARD_OP, "autograd", "create_graph=True: the backward kernel is not differentiable; "
-            "the PyTorch reference backward is, so double backward is exact",
-            lambda: rope_bwd_ref(dy, cos, sin),
-        )  # fmt: skip
-    else:
-        dx = rope_backward_op(dy, cos, sin)
+    dx = launches.backward_or_reference(BACKWARD_OP, lambda: rope_backward_op(dy, cos, sin), lambda: rope_bwd_ref(dy, cos, sin))
     return dx, None, None
 
 
@@ -262,16 +277,21 @@ rope_op.register_vmap(_vmap_rule)
 
 
 def _check(x: object, cos: object, sin: object) -> None:
-    runtime.check_tensor("x", x, dtypes=ROPE_DTYPES, ndim_min=2)
-    runtime.check_tensor("cos", cos, dtypes=ROPE_DTYPES)
-    runtime.check_tensor("sin", sin, dtypes=ROPE_DTYPES)
-    runtime.check_same_device(x=x, cos=cos, sin=sin)
+    checks.check_tensor("x", x, dtypes=ROPE_DTYPES, ndim_min=2)
+    checks.check_tensor("cos", cos, dtypes=ROPE_DTYPES)
+    checks.check_tensor("sin", sin, dtypes=ROPE_DTYPES)
+    checks.check_same_device(x=x, cos=cos, sin=sin)
     N, D = x.shape[-2], x.shape[-1]
     if D % 2:
         raise ValueError(f"x's last dimension (the head dim) must be even to split into halves, got {D}")
+    batched = x.dim() == 4 and cos.dim() == 3  # Hugging Face's tables: one row of positions per batch row
+    shapes = ((N, D), (1, N, D), (x.shape[0], N, D)) if batched else ((N, D),)
     for name, t in (("cos", cos), ("sin", sin)):
-        if tuple(t.shape) != (N, D):
-            raise ValueError(f"{name} must have shape [N, D] = [{N}, {D}] (x's last two), got {tuple(t.shape)}")
+        if tuple(t.shape) not in shapes:
+            allowed = f"[N, D], [1, N, D] or [B, N, D] = [{x.shape[0]}, {N}, {D}]" if batched else f"[N, D] = [{N}, {D}] (x's last two)"
+            raise ValueError(f"{name} must have shape {allowed}, got {tuple(t.shape)}")
+    if cos.dim() != sin.dim():
+        raise ValueError(f"cos has shape {tuple(cos.shape)} but sin has {tuple(sin.shape)}; give both per batch row or neither")
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -286,29 +306,23 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     Args:
         x: ``[..., N, D]`` float16, bfloat16, float32 or float64 with ``D`` even, e.g. queries or
             keys ``[B, H, N, D]``; any strides over up to four dimensions (read in place).
-        cos: ``[N, D]``, on x's device, any of those dtypes (Hugging Face's ``cos`` for the positions).
+        cos: ``[N, D]``, on x's device, any of those dtypes (Hugging Face's ``cos`` for the positions);
+            for a 4-D x also ``[1, N, D]`` or ``[B, N, D]``, a table per batch row (what Hugging Face's
+            rotary embedding returns), served by :func:`rope_qk`'s kernel.
         sin: like cos.
 
     Returns:
         A new contiguous tensor of x's shape and dtype. ``tfg.last_path("rope")`` tells which path
         computed it.
     """
+    key = launches.signature(OP, (x, cos, sin))
+    y = launches.run_remembered(key, x, cos, sin)  # this signature, checked and served by the kernel before
+    if y is not launches.MISS:
+        return y
     _check(x, cos, sin)
-    needs_grad = torch.is_grad_enabled() and x.requires_grad
-    table_grad = torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)
-    if torch.compiler.is_compiling():  # the op has no gradient for cos/sin: the traced reference has
-        return rope_ref(x, cos, sin).contiguous() if table_grad else rope_op(x, cos, sin)
-    if x.numel() == 0:
-        runtime.record_empty(OP)
-        return rope_ref(x, cos, sin).contiguous()
-    mode = runtime.autograd_mode_unsupported(x, cos, sin, vmap_ok=not needs_grad)
-    if mode is None and table_grad:
-        mode = "cos or sin needs a gradient: the kernel differentiates x only; the PyTorch reference"
-    if mode is not None:
-        return runtime.dispatch_reference(OP, "autograd", mode, lambda: rope_ref(x, cos, sin).contiguous())
-    if needs_grad or torch._C._functorch.peek_interpreter_stack() is not None:
-        return rope_op(x, cos, sin)
-    return _routed(x, cos, sin, False)  # eager inference: skip the dispatcher
+    if cos.dim() == 3:  # a table per batch row: rope_qk's kernel reads one (with no keys to rotate)
+        return rope_qk(x, x[:, :0], cos, sin)[0]
+    return ENTRY.serve((x, cos, sin), (), key)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -337,16 +351,16 @@ def qk_launcher(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.
     half = D // 2
     half_p2 = triton.next_power_of_2(half)
     block_n = min(triton.next_power_of_2(N), max(1, TILE_ELEMENTS // half_p2))
-    kernel = _rope_qk_kernel[(triton.cdiv(N, block_n), B * (Hq + Hk))]
+    kernel = launches.bound_launch(_rope_qk_kernel, (triton.cdiv(N, block_n), B * (Hq + Hk)), BLOCK_N=block_n, HALF_P2=half_p2,
+                                  BACKWARD=backward, ACC_DTYPE=acc_dtype(q.dtype), ROUND_BF16=round_bf16_by_hand(q.dtype),
+                                  num_warps=4)  # fmt: skip
     strides = (*q.stride()[:3], *k.stride()[:3], *_table(cos)[1:], *_table(sin)[1:])
-    flags = dict(BLOCK_N=block_n, HALF_P2=half_p2, BACKWARD=backward, ACC_DTYPE=acc_dtype(q.dtype),
-                 ROUND_BF16=round_bf16_by_hand(q.dtype), num_warps=4)  # fmt: skip
     dtype, device = q.dtype, q.device
 
     def launch(q, k, cos, sin):
         yq = _empty(B, Hq, N, D, dtype=dtype, device=device)
         yk = _empty(B, Hk, N, D, dtype=dtype, device=device)
-        kernel(q, k, _table(cos)[0], _table(sin)[0], yq, yk, Hq, Hk, N, half, *strides, **flags)
+        kernel(q, k, _table(cos)[0], _table(sin)[0], yq, yk, Hq, Hk, N, half, *strides)
         return yq, yk
 
     return launch
@@ -400,12 +414,8 @@ def _qk_setup_context(ctx, inputs, output):
 
 def _qk_backward(ctx, dyq, dyk):
     cos, sin = ctx.saved_tensors
-    if torch.is_grad_enabled() and not torch.compiler.is_compiling():  # create_graph: the differentiable reference
-        dq, dk = runtime.dispatch_reference(QK_BACKWARD_OP, "autograd", "create_graph=True: the backward kernel is not "
-                                            "differentiable; the PyTorch reference backward is",
+    dq, dk = launches.backward_or_reference(QK_BACKWARD_OP, lambda: rope_qk_backward_op(dyq, dyk, cos, sin),
                                             lambda: _qk_reference(dyq, dyk, cos, sin, True))  # fmt: skip
-    else:
-        dq, dk = rope_qk_backward_op(dyq, dyk, cos, sin)
     return dq, dk, None, None
 
 
@@ -414,13 +424,13 @@ rope_qk_op.register_autograd(_qk_backward, setup_context=_qk_setup_context)
 
 def _check_qk(q: object, k: object, cos: object, sin: object) -> None:
     for name, t in (("q", q), ("k", k)):
-        runtime.check_tensor(name, t, dtypes=ROPE_DTYPES)
+        checks.check_tensor(name, t, dtypes=ROPE_DTYPES)
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D [B, H, N, D], got shape {tuple(t.shape)}")
-    runtime.check_tensor("cos", cos, dtypes=ROPE_DTYPES)
-    runtime.check_tensor("sin", sin, dtypes=ROPE_DTYPES)
-    runtime.check_same_device(q=q, k=k, cos=cos, sin=sin)
-    runtime.check_same_dtype(q=q, k=k)
+    checks.check_tensor("cos", cos, dtypes=ROPE_DTYPES)
+    checks.check_tensor("sin", sin, dtypes=ROPE_DTYPES)
+    checks.check_same_device(q=q, k=k, cos=cos, sin=sin)
+    checks.check_same_dtype(q=q, k=k)
     B, _, N, D = q.shape
     if (k.shape[0], k.shape[2], k.shape[3]) != (B, N, D):
         raise ValueError(f"k must be [B, Hk, N, D] with q's B, N, D = {B}, {N}, {D}, got shape {tuple(k.shape)}")
@@ -447,31 +457,23 @@ def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
         differentiable in q and k (a call whose cos or sin needs a gradient takes the reference).
         ``tfg.last_path("rope_qk")`` tells which path computed them.
     """
-    key = _qk_signature(q, k, cos, sin) if runtime.eager_fast_path() else None
-    out = runtime.run_remembered(key, q, k, cos, sin)  # this signature, checked and served by the kernel before
-    if out is not runtime.MISS:
+    key = launches.signature(QK_OP, (q, k, cos, sin))
+    out = launches.run_remembered(key, q, k, cos, sin)  # this signature, checked and served by the kernel before
+    if out is not launches.MISS:
         return out
     _check_qk(q, k, cos, sin)
-    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
-    table_grad = torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)
-    if torch.compiler.is_compiling():
-        return _qk_reference(q, k, cos, sin, False) if table_grad else rope_qk_op(q, k, cos, sin)
-    mode = runtime.autograd_mode_unsupported(q, k, cos, sin, vmap_ok=False)
-    if mode is None and table_grad:
-        mode = "cos or sin needs a gradient: the kernel differentiates q and k only; the PyTorch reference"
-    if mode is not None:
-        return runtime.dispatch_reference(QK_OP, "autograd", mode, lambda: _qk_reference(q, k, cos, sin, False))
-    if needs_grad:
-        return rope_qk_op(q, k, cos, sin)
-    out = _qk_routed(q, k, cos, sin, False)
-    if q.stride(-1) == 1 and k.stride(-1) == 1 and cos.stride(-1) == 1 and sin.stride(-1) == 1:
-        runtime.remember_served(QK_OP, key, lambda: qk_launcher(q, k, cos, sin))
-    return out
+    return QK_ENTRY.serve((q, k, cos, sin), (), key)
 
-
-def _qk_signature(q, k, cos, sin):
-    try:
-        return (QK_OP, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, cos.shape, cos.stride(),
-                cos.dtype, cos.device, sin.shape, sin.stride(), sin.dtype, sin.device)  # fmt: skip
-    except (AttributeError, TypeError):
+def _qk_remembered(q, k, cos, sin):
+    """:func:`qk_launcher` for this signature, or ``None`` where a table or an input would be copied."""
+    if any(t.stride(-1) != 1 for t in (q, k, cos, sin)):
         return None
+    return qk_launcher(q, k, cos, sin)
+
+
+ENTRY = launches.OpEntry(OP, op=rope_op, eager=lambda x, cos, sin: _routed(x, cos, sin, False),
+                        reference=lambda x, cos, sin: rope_ref(x, cos, sin).contiguous(), launch=_remembered_launch, grad_inputs=1,
+                        no_grad_rule="cos or sin")  # fmt: skip
+QK_ENTRY = launches.OpEntry(QK_OP, op=rope_qk_op, eager=lambda q, k, cos, sin: _qk_routed(q, k, cos, sin, False),
+                           reference=lambda q, k, cos, sin: _qk_reference(q, k, cos, sin, False), launch=_qk_remembered,
+                           vmap=False, grad_inputs=2, empty=False, no_grad_rule="cos or sin")  # fmt: skip

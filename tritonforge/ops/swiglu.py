@@ -1,5 +1,5 @@
-r"""Fused SwiGLU: the elementwise op with its backward (autotuned), and the MLP front that computes
-both projections and the activation in one matmul kernel.
+r"""Fused SwiGLU (chapter 5): the elementwise op with its backward, autotuned. The MLP front that
+computes both projections and the activation in one matmul kernel is :mod:`tritonforge.ops.swiglu_front`.
 
 Math. Llama's MLP is ``down(silu(x @ W_gate) * (x @ W_up))``. With :math:`g` the gate projection,
 :math:`u` the up projection and :math:`s = \sigma(g) = 1 / (1 + e^{-g})`:
@@ -41,16 +41,6 @@ length ``F``, a size class of ``M``, the dtypes) times every configuration that 
 (tiles wider than the row are pruned) and keeps the fastest for that key; later calls pay nothing.
 Triton's interpreter cannot autotune (it cannot time anything), so it runs one configuration.
 
-The fused MLP front. ``y = silu(x @ W_gate) * (x @ W_up)`` as one tiled matmul: each program owns
-a ``[BLOCK_M, BLOCK_N]`` tile of ``y`` and accumulates two tiles, ``x @ W_gate`` and ``x @ W_up``,
-over the same ``x`` tiles; the epilogue rounds both to the input dtype (as two eager matmuls
-would), applies SiLU and the multiply, and stores only ``y``. The ``[M, 2F]`` intermediate never
-reaches memory. Two regimes: decode (``M <= 64``) reads both weights once and is bound by that
-stream (``2·D·F`` elements), so its tiles are short in ``M`` and long in ``K``, with deep
-pipelining; prefill (large ``M``) is bound by the tensor cores, so its tiles are large and
-square-ish. Configurations are pruned by the device's shared memory
-(:func:`tritonforge.runtime.shared_memory_per_block`), so a T4's 64 KB gets configurations that fit.
-
 How it meets PyTorch: the template of :mod:`tritonforge.ops.rmsnorm` (custom ops with fake
 implementations, ``register_autograd``, a vmap rule, routed launches, the reference for
 ``create_graph`` and for forward-mode AD / ``torch.func`` transforms other than vmap).
@@ -63,13 +53,12 @@ from typing import Optional
 
 import torch
 
-from tritonforge import runtime
+from tritonforge import checks, hardware, launches, runtime
 from tritonforge._triton import tl, triton
 from tritonforge.kernel_utils import acc_dtype, as_rows, cast_for_store, round_bf16_by_hand
-from tritonforge.reference import swiglu_bwd_ref, swiglu_mlp_front_ref, swiglu_ref
+from tritonforge.reference import swiglu_bwd_ref, swiglu_ref
 
 SWIGLU_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-FRONT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -150,68 +139,6 @@ def _swiglu_bwd_kernel(
         tl.store(dup_ptr + out, cast_for_store(dy * act, dup_ptr.dtype.element_ty, ROUND_BF16), mask=mask)
 
 
-@triton.jit
-def _swiglu_mlp_front_kernel(
-    x_ptr,  # *x [M, K]: row stride x_row_stride, unit column stride
-    w_gate_ptr,  # *w_gate [K, N]: strides (w_gate_k_stride, w_gate_n_stride)
-    w_up_ptr,  # *w_up [K, N]: strides (w_up_k_stride, w_up_n_stride)
-    y_ptr,  # *y [M, N], contiguous
-    M,  # tokens
-    N,  # intermediate size F
-    K,  # hidden size D
-    x_row_stride,
-    w_gate_k_stride,
-    w_gate_n_stride,
-    w_up_k_stride,
-    w_up_n_stride,
-    m_class,  # autotuning key only (a size class of M): not read
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,  # tiles of M walked together, so that a weight tile is reused from L2
-    ACC_DTYPE: tl.constexpr,  # tl.float32 (the accumulator of tl.dot)
-    ROUND_BF16: tl.constexpr,  # interpreter + bf16: fp32 dots, downcasts rounded by hand
-):
-    """One program: ``y[tile] = silu((x @ w_gate)[tile]) * (x @ w_up)[tile]``, two accumulators, one store."""
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    # Grouped order: GROUP_M consecutive programs share a column of weight tiles (L2 reuse).
-    group = pid // (GROUP_M * tiles_n)
-    first_m = group * GROUP_M
-    group_size = tl.minimum(tiles_m - first_m, GROUP_M)
-    tile_m = first_m + (pid % (GROUP_M * tiles_n)) % group_size
-    tile_n = (pid % (GROUP_M * tiles_n)) // group_size
-    rows = tile_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
-    x_tile = x_ptr + rows[:, None] * x_row_stride + ks[None, :]
-    wg_tile = w_gate_ptr + ks[:, None] * w_gate_k_stride + cols[None, :] * w_gate_n_stride
-    wu_tile = w_up_ptr + ks[:, None] * w_up_k_stride + cols[None, :] * w_up_n_stride
-    acc_gate = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
-    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC_DTYPE)
-    for k in range(0, K, BLOCK_K):
-        k_left = K - k
-        a = tl.load(x_tile, mask=(rows[:, None] < M) & (ks[None, :] < k_left), other=0.0)
-        w_mask = (ks[:, None] < k_left) & (cols[None, :] < N)
-        wg = tl.load(wg_tile, mask=w_mask, other=0.0)
-        wu = tl.load(wu_tile, mask=w_mask, other=0.0)
-        if ROUND_BF16:  # the interpreter's bf16 tl.dot is wrong: multiply the (exact) fp32 upcasts
-            a, wg, wu = a.to(tl.float32), wg.to(tl.float32), wu.to(tl.float32)
-        acc_gate = tl.dot(a, wg, acc_gate)
-        acc_up = tl.dot(a, wu, acc_up)
-        x_tile += BLOCK_K
-        wg_tile += BLOCK_K * w_gate_k_stride
-        wu_tile += BLOCK_K * w_up_k_stride
-    # Epilogue, Hugging Face's rounding: both projections rounded to x's dtype, silu rounded, product rounded.
-    dtype = x_ptr.dtype.element_ty
-    gate = cast_for_store(acc_gate, dtype, ROUND_BF16).to(tl.float32)
-    up = cast_for_store(acc_up, dtype, ROUND_BF16).to(tl.float32)
-    act = cast_for_store(_silu(gate), dtype, ROUND_BF16).to(tl.float32)
-    y = cast_for_store(act * up, y_ptr.dtype.element_ty, ROUND_BF16)
-    tl.store(y_ptr + rows[:, None] * N + cols[None, :], y, mask=(rows[:, None] < M) & (cols[None, :] < N))
-
-
 # ----------------------------------------------------------------------------------------------
 # Heuristics: configurations, pruning and size classes, in one place
 # ----------------------------------------------------------------------------------------------
@@ -257,50 +184,6 @@ def elementwise_tuner(kernel):
     return triton.autotune(ELEMENTWISE_CONFIGS, key=["F", "rows_class"], prune_configs_by={"early_config_prune": prune_elementwise})(kernel)
 
 
-DECODE_ROWS = 64
-"""The MLP front's decode regime: ``M <= 64`` tokens (a decode batch). There the two weights are
-read once and nothing else is large, so time is ``2·D·F`` elements at the copy bandwidth."""
-
-
-def front_block_m(M: int) -> int:
-    """The decode regime's tile height: the next power of two of M, at least 16 (``tl.dot``'s
-    minimum), so that every weight tile is read by one program (one tile of M) and streamed once;
-    0 for the prefill regime (M > :data:`DECODE_ROWS`), whose configurations choose it."""
-    return max(16, triton.next_power_of_2(M)) if M <= DECODE_ROWS else 0
-
-
-@functools.cache
-def front_configs(shared_memory: Optional[int], block_m: int, element_size: int) -> tuple:
-    """The MLP front's configurations for a device with ``shared_memory`` bytes per block (None:
-    the interpreter, one small configuration), for decode tiles of ``block_m`` rows (0: prefill).
-
-    A software-pipelined loop keeps ``num_stages`` copies of the x tile and both weight tiles in
-    shared memory: ``stages · (BLOCK_M·BLOCK_K + 2·BLOCK_K·BLOCK_N) · element_size`` bytes;
-    configurations that do not fit are dropped here, so that a T4 (64 KB) is never offered an
-    H200's (227 KB)."""
-    if shared_memory is None:
-        return (triton.Config({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}, num_warps=4, num_stages=1),)
-    if block_m:  # decode: one tile of M, long in K, deep pipelines: a stream of weight tiles
-        shapes = [(block_m, bn, bk, 4, stages) for bn in (64, 128) for bk in (64, 128) for stages in (2, 3, 4, 5)]
-    else:  # prefill: tensor-core tiles; two [BLOCK_M, BLOCK_N] fp32 accumulators live in registers
-        shapes = [(128, 128, 64, 8, s) for s in (3, 4)] + [(128, 64, 64, 4, s) for s in (3, 4, 5)]
-        shapes += [(64, 128, 64, 4, s) for s in (3, 4, 5)] + [(128, 128, 32, 8, s) for s in (4, 5)] + [(64, 64, 64, 4, 4)]
-        shapes += [(128, 64, 32, 4, 3), (64, 64, 32, 4, 3), (64, 128, 32, 4, 2)]  # small shared memory (a T4's 64 KB)
-    configs = []
-    for block_m_, block_n, block_k, warps, stages in shapes:
-        need = stages * (block_m_ * block_k + 2 * block_k * block_n) * element_size
-        if need <= shared_memory:
-            configs.append(triton.Config({"BLOCK_M": block_m_, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 8},
-                                         num_warps=warps, num_stages=stages))  # fmt: skip
-    return tuple(configs)
-
-
-@functools.cache
-def front_tuner(shared_memory: int, block_m: int, element_size: int):
-    """The autotuned MLP front for one device limit and regime (key: N, K and a size class of M)."""
-    return triton.autotune(list(front_configs(shared_memory, block_m, element_size)), key=["N", "K", "m_class"])(_swiglu_mlp_front_kernel)
-
-
 # ----------------------------------------------------------------------------------------------
 # Launchers
 # ----------------------------------------------------------------------------------------------
@@ -310,12 +193,10 @@ _empty = torch.empty
 
 _CHOSEN: dict = {}
 """Tuning key -> the configuration the autotuner chose for it. After the first call of a key, calls
-launch the plain kernel with that configuration rather than through ``Autotuner.run``. Host time of
-one ``tfg.swiglu`` call (bf16, 1×14336) on the H200's host, three runs of 3000 calls each
-(``.gpu``-style probe, 2026-11-30): 37.0–58.5 µs this way, 48.2–58.8 µs through the autotuner,
-32.2–52.2 µs for ``tfg.rms_norm`` (1×8192) and 13.2–16.8 µs for eager ``silu(g) * u``: about
-10 µs saved, and the op's host path (checks, routing, Triton's launch) still costs 2–3× eager's;
-under CUDA graphs (decode), host time is gone."""
+launch the plain kernel with that configuration rather than through ``Autotuner.run``, whose host
+path measured slower per call (benchmarks/NOTES.md, "2026-12-04 (session 17), issue 31", its attention
+and SwiGLU numbers); under CUDA graphs (decode), host time is gone. Shared with the MLP front
+(:mod:`tritonforge.ops.swiglu_front`), whose choices are kept here too."""
 
 
 def chosen_configs() -> dict:
@@ -337,7 +218,7 @@ def _launch_tuned(tuner, kernel, key: tuple, grid, args: tuple, flags: dict) -> 
 
 def _elementwise_launch(name: str, kernel, M: int, F: int, args: tuple, **flags) -> None:
     """Launch an elementwise kernel: autotuned on a GPU, one configuration in the interpreter."""
-    if runtime.interpreting():
+    if hardware.interpreting():
         config = interpreter_elementwise_config(F)
         grid = (triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(F, config["BLOCK_F"]),)
         kernel[grid](*args, M, F, rows_class(M), **config, **flags, num_warps=4)
@@ -359,6 +240,36 @@ def swiglu_fwd(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return y
 
 
+def _swiglu_launcher(gate: torch.Tensor, up: torch.Tensor):
+    """The launch :func:`swiglu_fwd` makes for this signature, its configuration (the one the tuner
+    chose) and grid fixed: a function of ``(gate, up)``; ``None`` where a row view is not the
+    tensor itself or no configuration was chosen yet."""
+    F = gate.shape[-1]
+    gate_rows, up_rows = as_rows(gate, F), as_rows(up, F)
+    if gate_rows.data_ptr() != gate.data_ptr() or up_rows.data_ptr() != up.data_ptr():
+        return None
+    M = gate_rows.shape[0]
+    flags = dict(ACC_DTYPE=acc_dtype(gate.dtype), ROUND_BF16=round_bf16_by_hand(gate.dtype))
+    if hardware.interpreting():
+        meta, options = interpreter_elementwise_config(F), dict(num_warps=4)
+    else:
+        config = _CHOSEN.get(("swiglu_fwd", F, rows_class(M), gate.dtype, *flags.values()))
+        if config is None:
+            return None
+        meta, options = config.kwargs, dict(num_warps=config.num_warps, num_stages=config.num_stages)
+    grid = (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(F, meta["BLOCK_F"]),)
+    kernel = launches.bound_launch(_swiglu_fwd_kernel, grid, **meta, **flags, **options)
+    scalars = (gate_rows.stride(0), up_rows.stride(0), M, F, rows_class(M))
+    shape, dtype, device = gate.shape, gate.dtype, gate.device
+
+    def launch(gate, up):
+        y = _empty(*shape, dtype=dtype, device=device)
+        kernel(gate, up, y, *scalars)
+        return y
+
+    return launch
+
+
 def swiglu_bwd(
     dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, *, compute_dgate: bool = True, compute_dup: bool = True
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
@@ -376,34 +287,12 @@ def swiglu_bwd(
     return dgate, dup
 
 
-def swiglu_mlp_front_fwd(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
-    """Launch the fused MLP front: ``y [..., F]`` a new contiguous tensor in x's dtype."""
-    D, F = w_gate.shape
-    x_rows = as_rows(x, D)  # [M, D]
-    M = x_rows.shape[0]
-    y = _empty(*x.shape[:-1], F, dtype=x.dtype, device=x.device)
-    args = (x_rows, w_gate, w_up, y, M, F, D, x_rows.stride(0), *w_gate.stride(), *w_up.stride(), min(M, 4096).bit_length())
-    flags = dict(ACC_DTYPE=tl.float32, ROUND_BF16=round_bf16_by_hand(x.dtype))
-    shared = runtime.shared_memory_per_block(x.device)
-    if runtime.interpreting():  # one small configuration
-        config = front_configs(None, 0, x.element_size())[0]
-        grid = (triton.cdiv(M, config.kwargs["BLOCK_M"]) * triton.cdiv(F, config.kwargs["BLOCK_N"]),)
-        _swiglu_mlp_front_kernel[grid](*args, **config.kwargs, **flags, num_warps=config.num_warps, num_stages=config.num_stages)
-    else:
-        block_m = front_block_m(M)
-        grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(F, meta["BLOCK_N"]),)  # noqa: E731
-        key = ("swiglu_mlp_front", shared, block_m, F, D, args[-1], x.dtype)
-        _launch_tuned(front_tuner(shared, block_m, x.element_size()), _swiglu_mlp_front_kernel, key, grid, args, flags)
-    return y
-
-
 # ----------------------------------------------------------------------------------------------
 # Routing
 # ----------------------------------------------------------------------------------------------
 
 OP = "swiglu"
 BACKWARD_OP = "swiglu_backward"
-FRONT_OP = "swiglu_mlp_front"
 
 
 def _forward_routed(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -428,37 +317,6 @@ def _backward_routed(dy, gate, up, need_dgate: bool, need_dup: bool):
         kernel=lambda: swiglu_bwd(dy, gate, up, compute_dgate=need_dgate, compute_dup=need_dup),
         reference=reference,
     )  # fmt: skip
-
-
-FUSED_FRONT_MAX_ROWS = 512
-"""Most token rows for which a model calls the fused front on a GPU; more rows take cuBLAS's two
-GEMMs and :func:`swiglu`. H200, bf16, D = 4096, F = 14336: at 1-64 rows (decode) the fused kernel
-streams the weights once, 54-57 us where two GEMMs and the elementwise op take 64-67 (the
-swiglu-front record); at 2048 rows (prefill) cuBLAS + a fused SiLU-mul took 732 us and the fused
-kernel 770 (benchmarks/results/e2e/, the op breakdown); at 4096 the two were level (1544 us). The
-cut-off between 64 and 2048 rows is not measured."""
-
-
-def front_is_fused(dtype: torch.dtype, rows: Optional[int] = None) -> bool:
-    """Whether :func:`swiglu_mlp_front` runs its fused kernel for ``dtype`` (rather than routing to
-    the reference): 16-bit inputs on a GPU (tensor cores), any supported dtype on the interpreter.
-    A model with float32 weights on a GPU calls cuBLAS and :func:`swiglu` instead (``models``), and
-    so does a model with more than :data:`FUSED_FRONT_MAX_ROWS` token ``rows`` (when given) on a GPU."""
-    if runtime.interpreting():
-        return True
-    return dtype in (torch.float16, torch.bfloat16) and (rows is None or rows <= FUSED_FRONT_MAX_ROWS)
-
-
-def _front_routed(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
-    if x.numel() == 0 or w_gate.numel() == 0:
-        runtime.record_empty(FRONT_OP)
-        return swiglu_mlp_front_ref(x, w_gate, w_up).contiguous()
-    unsupported = None
-    if x.dtype == torch.float32 and not front_is_fused(x.dtype):
-        unsupported = "float32 MLP front: the GPU kernel is written for 16-bit tensor-core inputs; float32 takes the reference"
-    return runtime.dispatch(FRONT_OP, device=x.device, dtype=x.dtype, unsupported=unsupported,
-                            kernel=lambda: swiglu_mlp_front_fwd(x, w_gate, w_up),
-                            reference=lambda: swiglu_mlp_front_ref(x, w_gate, w_up).contiguous())  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -534,52 +392,17 @@ def _vmap_rule(info, in_dims, gate, up):
 swiglu_op.register_vmap(_vmap_rule)
 
 
-@torch.library.custom_op("tritonforge::swiglu_mlp_front", mutates_args=())
-def swiglu_mlp_front_op(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
-    """``silu(x @ w_gate) * (x @ w_up)`` in one kernel, routed; differentiable through :func:`front_backward`."""
-    return _front_routed(x, w_gate, w_up)
-
-
-@swiglu_mlp_front_op.register_fake
-def _(x, w_gate, w_up):
-    return x.new_empty(*x.shape[:-1], w_gate.shape[1])
-
-
-def front_setup_context(ctx, inputs, output):
-    x, w_gate, w_up = inputs
-    ctx.save_for_backward(x, w_gate, w_up)
-
-
-def front_backward(ctx, dy):
-    """Recompute the two projections (cuBLAS), take the SwiGLU backward through the elementwise
-    op's backward, then the matmuls' gradients: ``dx = dg @ w_gateᵀ + du @ w_upᵀ``,
-    ``dw_gate = xᵀ @ dg``, ``dw_up = xᵀ @ du``. Written with differentiable ops, so double
-    backward follows (through the elementwise op's reference under ``create_graph``)."""
-    x, w_gate, w_up = ctx.saved_tensors
-    gate, up = x @ w_gate, x @ w_up
-    need_x, need_wg, need_wu = ctx.needs_input_grad
-    dgate, dup = _gradients(dy, gate, up, True, True)
-    x2, dg2, du2 = x.reshape(-1, x.shape[-1]), dgate.reshape(-1, gate.shape[-1]), dup.reshape(-1, up.shape[-1])
-    dx = (dgate @ w_gate.mT + dup @ w_up.mT) if need_x else None
-    dw_gate = (x2.mT @ dg2) if need_wg else None
-    dw_up = (x2.mT @ du2) if need_wu else None
-    return dx, dw_gate, dw_up
-
-
-swiglu_mlp_front_op.register_autograd(front_backward, setup_context=front_setup_context)
-
-
 # ----------------------------------------------------------------------------------------------
-# The public functions
+# The public function
 # ----------------------------------------------------------------------------------------------
 
 
 def _check_swiglu(gate: object, up: object) -> None:
-    runtime.check_tensor("gate", gate, dtypes=SWIGLU_DTYPES)
-    runtime.check_tensor("up", up, dtypes=SWIGLU_DTYPES)
-    runtime.check_same_device(gate=gate, up=up)
-    runtime.check_same_dtype(gate=gate, up=up)
-    runtime.check_same_shape(gate=gate, up=up)
+    checks.check_tensor("gate", gate, dtypes=SWIGLU_DTYPES)
+    checks.check_tensor("up", up, dtypes=SWIGLU_DTYPES)
+    checks.check_same_device(gate=gate, up=up)
+    checks.check_same_dtype(gate=gate, up=up)
+    checks.check_same_shape(gate=gate, up=up)
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -600,110 +423,15 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         A new contiguous tensor of gate's shape and dtype. ``tfg.last_path("swiglu")`` tells which
         path computed it; ``tfg.last_path("swiglu_backward")`` the latest backward's.
     """
+    key = launches.signature(OP, (gate, up))
+    y = launches.run_remembered(key, gate, up)  # this signature, checked and served by the kernel before
+    if y is not launches.MISS:
+        return y
     _check_swiglu(gate, up)
     if gate.dim() == 0:  # a scalar: the kernels work on rows [..., F]; one row of one element
         return swiglu(gate.reshape(1), up.reshape(1)).reshape(())
-    needs_grad = torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad)
-    if torch.compiler.is_compiling():
-        return swiglu_op(gate, up)
-    if gate.numel() == 0:
-        runtime.record_empty(OP)
-        return swiglu_ref(gate, up).contiguous()
-    mode = runtime.autograd_mode_unsupported(gate, up, vmap_ok=not needs_grad)
-    if mode is not None:
-        return runtime.dispatch_reference(OP, "autograd", mode, lambda: swiglu_ref(gate, up).contiguous())
-    if needs_grad or torch._C._functorch.peek_interpreter_stack() is not None:
-        return swiglu_op(gate, up)
-    return _forward_routed(gate, up)  # eager inference: skip the dispatcher's ~10 µs
+    return ENTRY.serve((gate, up), (), key)
 
 
-def _check_front(x: object, w_gate: object, w_up: object) -> None:
-    runtime.check_tensor("x", x, dtypes=FRONT_DTYPES, ndim_min=1)
-    runtime.check_tensor("w_gate", w_gate, dtypes=FRONT_DTYPES)
-    runtime.check_tensor("w_up", w_up, dtypes=FRONT_DTYPES)
-    runtime.check_same_device(x=x, w_gate=w_gate, w_up=w_up)
-    runtime.check_same_dtype(x=x, w_gate=w_gate, w_up=w_up)
-    if w_gate.dim() != 2:
-        raise ValueError(f"w_gate must be 2-D [D, F], got shape {tuple(w_gate.shape)}")
-    runtime.check_same_shape(w_gate=w_gate, w_up=w_up)
-    if w_gate.shape[0] != x.shape[-1]:
-        raise ValueError(
-            f"w_gate has {w_gate.shape[0]} rows but x.shape[-1] is {x.shape[-1]}; weights are [D, F] with D = x.shape[-1] "
-            "(an nn.Linear's weight is [F, D]: pass linear.weight.T)"
-        )
-
-
-def swiglu_mlp_front(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
-    """``silu(x @ w_gate) * (x @ w_up)`` in one matmul kernel: the front of Llama's MLP, with no
-    ``[M, 2F]`` intermediate in memory.
-
-    Hugging Face's rounding (each projection rounded to x's dtype, as two eager matmuls give;
-    then :func:`swiglu`'s). Differentiable (the backward recomputes the projections with cuBLAS
-    and takes the SwiGLU backward kernel); usable under ``torch.compile(fullgraph=True)`` and CUDA
-    graphs. On a GPU float16 and bfloat16 run the kernel; float32 takes the reference there (a
-    routed fallback); the interpreter runs all three.
-
-    Args:
-        x: ``[..., D]`` tensor, any leading shape (M tokens after flattening).
-        w_gate: ``[D, F]`` tensor of x's dtype and device; any strides (``linear.weight.T`` of an
-            ``nn.Linear(D, F)`` is read in place).
-        w_up: ``[D, F]``, like w_gate.
-
-    Returns:
-        A new contiguous ``[..., F]`` tensor in x's dtype; ``tfg.last_path("swiglu_mlp_front")``
-        tells which path computed it.
-    """
-    key = _front_signature(x, w_gate, w_up) if runtime.eager_fast_path() else None
-    y = runtime.run_remembered(key, x, w_gate, w_up)  # this signature, checked and served by the kernel before
-    if y is not runtime.MISS:
-        return y
-    _check_front(x, w_gate, w_up)
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (x, w_gate, w_up))
-    if torch.compiler.is_compiling():
-        return swiglu_mlp_front_op(x, w_gate, w_up)
-    mode = runtime.autograd_mode_unsupported(x, w_gate, w_up, vmap_ok=False)
-    if mode is not None:
-        return runtime.dispatch_reference(FRONT_OP, "autograd", mode, lambda: swiglu_mlp_front_ref(x, w_gate, w_up))
-    if needs_grad:
-        return swiglu_mlp_front_op(x, w_gate, w_up)
-    y = _front_routed(x, w_gate, w_up)
-    runtime.remember_served(FRONT_OP, key, lambda: _front_launcher(x, w_gate, w_up))
-    return y
-
-
-def _front_signature(x, w_gate, w_up):
-    try:
-        return (FRONT_OP, x.shape, x.stride(), x.dtype, x.device, w_gate.shape, w_gate.stride(), w_gate.dtype, w_gate.device,
-                w_up.shape, w_up.stride(), w_up.dtype, w_up.device)  # fmt: skip
-    except (AttributeError, TypeError):
-        return None
-
-
-def _front_launcher(x, w_gate, w_up):
-    """The launch :func:`swiglu_mlp_front_fwd` made for this signature, with its configuration
-    (the one the tuner chose) and grid fixed: a function of ``(x, w_gate, w_up)``; ``None`` where x's
-    rows need a copy or no configuration was chosen yet."""
-    D, F = w_gate.shape
-    x_rows = as_rows(x, D)
-    if x_rows.data_ptr() != x.data_ptr() or x_rows.stride(-1) != 1:
-        return None
-    M = x_rows.shape[0]
-    bits = min(M, 4096).bit_length()
-    if runtime.interpreting():
-        config = front_configs(None, 0, x.element_size())[0]
-    else:
-        config = _CHOSEN.get(("swiglu_mlp_front", runtime.shared_memory_per_block(x.device), front_block_m(M), F, D, bits, x.dtype))
-        if config is None:
-            return None
-    kernel = _swiglu_mlp_front_kernel[(triton.cdiv(M, config.kwargs["BLOCK_M"]) * triton.cdiv(F, config.kwargs["BLOCK_N"]),)]
-    scalars = (M, F, D, x_rows.stride(0), *w_gate.stride(), *w_up.stride(), bits)
-    flags = dict(**config.kwargs, ACC_DTYPE=tl.float32, ROUND_BF16=round_bf16_by_hand(x.dtype), num_warps=config.num_warps,
-                 num_stages=config.num_stages)  # fmt: skip
-    shape, dtype, device = (*x.shape[:-1], F), x.dtype, x.device
-
-    def launch(x, w_gate, w_up):
-        y = _empty(*shape, dtype=dtype, device=device)
-        kernel(x, w_gate, w_up, y, *scalars, **flags)
-        return y
-
-    return launch
+ENTRY = launches.OpEntry(OP, op=swiglu_op, eager=_forward_routed, reference=lambda gate, up: swiglu_ref(gate, up).contiguous(),
+                        launch=_swiglu_launcher)  # fmt: skip

@@ -43,7 +43,7 @@ from typing import Optional
 
 import torch
 
-from tritonforge import runtime
+from tritonforge import checks, runtime
 from tritonforge._triton import tl, triton
 from tritonforge.reference import add_ref, program_map_ref
 
@@ -190,11 +190,11 @@ def program_map_fwd(M: int, N: int, block_m: int, block_n: int, device) -> torch
 
 
 def _check_pair(x: object, y: object) -> torch.device:
-    runtime.check_tensor("x", x, dtypes=TEACHING_DTYPES)
-    runtime.check_tensor("y", y, dtypes=TEACHING_DTYPES)
-    device = runtime.check_same_device(x=x, y=y)
-    runtime.check_same_dtype(x=x, y=y)
-    runtime.check_same_shape(x=x, y=y)
+    checks.check_tensor("x", x, dtypes=TEACHING_DTYPES)
+    checks.check_tensor("y", y, dtypes=TEACHING_DTYPES)
+    device = checks.check_same_device(x=x, y=y)
+    checks.check_same_dtype(x=x, y=y)
+    checks.check_same_shape(x=x, y=y)
     return device
 
 
