@@ -80,6 +80,7 @@ attention_mod = importlib.import_module("tritonforge.ops.attention")
 attention_prefill_mod = importlib.import_module("tritonforge.ops.attention_prefill")
 attention_decode_mod = importlib.import_module("tritonforge.ops.attention_decode")
 rope_mod = importlib.import_module("tritonforge.ops.rope")
+rope_pair_mod = importlib.import_module("tritonforge.ops.rope_pair")
 
 BF16, FP16, FP32, FP64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
 
@@ -651,7 +652,7 @@ def poison_outputs() -> None:
         return t
 
     for module in (rms_mod, rms_bwd_mod, softmax_mod, gpu_softmax_mod, swiglu_mod, swiglu_front_mod, attention_prefill_mod,
-                   attention_decode_mod, rope_mod):  # fmt: skip
+                   attention_decode_mod, rope_mod, rope_pair_mod):  # fmt: skip
         if hasattr(module, "_empty"):
             module._empty = nan_empty
 

@@ -109,10 +109,10 @@ def test_a_fallback_is_never_remembered(device):
 
 def test_rope_qk_and_mlp_front_remembered(monkeypatch, device):
     """The other two ops a decode step of a patched Hugging Face model calls."""
-    from tritonforge.ops import rope, swiglu_front
+    from tritonforge.ops import rope_pair, swiglu_front
     from tritonforge.reference import rope_ref, swiglu_mlp_front_ref
 
-    monkeypatch.setattr(rope, "_empty", nan_empty)
+    monkeypatch.setattr(rope_pair, "_empty", nan_empty)
     monkeypatch.setattr(swiglu_front, "_empty", nan_empty)
     q, k = torch.randn(2, 1, 8, 32, device=device).transpose(1, 2), torch.randn(2, 2, 1, 32, device=device)  # q: a projection's view
     cos, sin = torch.randn(2, 1, 32, device=device), torch.randn(2, 1, 32, device=device)

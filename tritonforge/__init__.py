@@ -10,7 +10,8 @@ from tritonforge.models.hf import patch
 from tritonforge.ops.attention import flash_attention
 from tritonforge.ops.fused_axpy import axpy
 from tritonforge.ops.rmsnorm import rms_norm
-from tritonforge.ops.rope import rope, rope_qk
+from tritonforge.ops.rope import rope
+from tritonforge.ops.rope_pair import rope_qk
 from tritonforge.ops.softmax import softmax
 from tritonforge.ops.swiglu import swiglu
 from tritonforge.ops.swiglu_front import swiglu_mlp_front

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tritonforge as tfg
-from tritonforge.ops import rope as rope_module
+from tritonforge.ops import rope_pair as rope_module
 from tritonforge.reference import rope_ref
 
 from ..helpers import nan_empty

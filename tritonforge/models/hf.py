@@ -30,7 +30,7 @@ import torch
 from tritonforge import runtime
 from tritonforge.ops.attention import attend, mask_ids
 from tritonforge.ops.rmsnorm import rms_norm
-from tritonforge.ops.rope import rope_qk
+from tritonforge.ops.rope_pair import rope_qk
 from tritonforge.ops.swiglu import swiglu
 from tritonforge.ops.swiglu_front import front_is_fused, swiglu_mlp_front
 

@@ -18,7 +18,9 @@ module                  public function                        chapter
 ``attention_prefill``   (its prefill path)                     7
 ``attention_decode``    (its decode path)                      7
 ``attention_backward``  (its autograd)                         7
-``rope``                ``rope``, ``rope_qk``                  9
+``rope``                ``rope``                               9
+``rope_pair``           ``rope_qk`` (queries and keys in one   9
+                        launch)
 ``gpu``                 (the GPU's fast paths, beside the ops  3, 6
                         that choose them: cooperative rows,
                         several rows a program)
