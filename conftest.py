@@ -2,11 +2,7 @@
 the gpu marker, the slow marker on nbval's notebook cells, and nbval's kernels over Unix sockets.
 The environment variable is inherited by the notebook kernels nbval starts."""
 
-import atexit
 import os
-import shutil
-import tempfile
-import uuid
 
 # Strict before anything routes: a fallback in a test is a failure, not a quiet pass.
 os.environ.setdefault("TRITONFORGE_STRICT", "1")
@@ -19,30 +15,14 @@ from tritonforge import launches, runtime  # noqa: E402
 
 
 def _notebook_kernels_over_unix_sockets() -> None:
-    """nbval's notebook kernels talk to pytest over Unix sockets (jupyter_client's ``ipc``
-    transport) instead of TCP ports. Over TCP, jupyter_client picks a kernel's five ports by
-    binding port 0 and closing the socket, and the kernel binds them a moment later: two pytest-xdist
-    workers (or the simulated-T4 runs beside them) starting kernels at once can take each other's
-    ports, and the kernel dies before it replies (``ZMQError: Address already in use``; CI saw
-    "Kernel died before replying to kernel_info" once). A socket path of its own per kernel cannot
-    be taken by another process."""
+    """nbval's notebook kernels talk to pytest over Unix sockets (:func:`tests.helpers.unix_socket_kernels`)."""
     try:
         import nbval.kernel
-        from jupyter_client.manager import KernelManager
-        from traitlets import CaselessStrEnum, default
     except ImportError:  # the lowest-Triton venv has no notebooks
         return
-    sockets = tempfile.mkdtemp(prefix="tritonforge-kernels-")
-    atexit.register(shutil.rmtree, sockets, ignore_errors=True)
+    from tests.helpers import unix_socket_kernels
 
-    class UnixSocketKernelManager(KernelManager):
-        transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc")
-
-        @default("ip")
-        def _unique_socket_path(self):
-            return os.path.join(sockets, uuid.uuid4().hex[:12])
-
-    nbval.kernel.KernelManager = UnixSocketKernelManager
+    nbval.kernel.KernelManager = unix_socket_kernels(nbval.kernel.KernelManager)
 
 
 _notebook_kernels_over_unix_sockets()

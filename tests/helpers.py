@@ -1,6 +1,13 @@
-"""Shared test helpers: the error budget of STYLE.md rule 8."""
+"""Shared test helpers: the error budget of STYLE.md rule 8; notebook kernels over Unix sockets."""
 
 from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import tempfile
+import uuid
 
 import torch
 
@@ -12,9 +19,7 @@ def max_rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return diff / max(scale, 1e-30)
 
 
-def assert_within_budget(
-    out: torch.Tensor, ref: torch.Tensor, baseline: torch.Tensor, *, factor: float = 2.0, floor: float | None = None
-) -> None:
+def assert_within_budget(out: torch.Tensor, ref: torch.Tensor, baseline: torch.Tensor, *, factor: float = 2.0, floor: float | None = None) -> None:
     """The kernel's error against the float64 ``ref`` may be at most ``factor`` times the error that
     PyTorch's own computation in the input dtype (``baseline``) makes, plus ``floor``.
 
@@ -74,3 +79,27 @@ def front_op(dtype: torch.dtype = torch.float32) -> str:
     from tritonforge.ops.swiglu_front import front_is_fused
 
     return "swiglu_mlp_front" if front_is_fused(dtype) else "swiglu"
+
+
+@functools.cache
+def unix_socket_kernels(manager_class: type) -> type:
+    """``manager_class`` (a jupyter_client kernel manager) whose kernels talk over Unix sockets
+    (the ``ipc`` transport), each at a path of its own, instead of TCP ports. Over TCP,
+    jupyter_client picks a kernel's five ports by binding port 0 and closing the socket, and the
+    kernel binds them a moment later: two pytest-xdist workers (or the simulated-T4 runs beside
+    them) starting kernels at once can take each other's ports, and the kernel dies before it
+    replies (``ZMQError: Address already in use``; a clean CI run lost the simulated-T4 run of
+    ex04c to "Kernel died before replying to kernel_info"). A path cannot be taken that way."""
+    from traitlets import CaselessStrEnum, default
+
+    sockets = tempfile.mkdtemp(prefix="tritonforge-kernels-")
+    atexit.register(shutil.rmtree, sockets, ignore_errors=True)
+
+    class UnixSocketKernelManager(manager_class):
+        transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc")
+
+        @default("ip")
+        def _own_socket_path(self):
+            return os.path.join(sockets, uuid.uuid4().hex[:12])
+
+    return UnixSocketKernelManager

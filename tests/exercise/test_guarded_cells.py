@@ -19,6 +19,7 @@ import pathlib
 import pytest
 
 import tritonforge  # noqa: F401  (before triton: the interpreter flag)
+from tests.helpers import unix_socket_kernels
 from tritonforge.exercise import grade, stubs
 
 from . import notebooks
@@ -427,6 +428,14 @@ def _text_outputs(cell: dict) -> str:
     return "".join(parts)
 
 
+def _client(nbclient, nb):
+    """A notebook client in the exercises' folder whose kernel talks over a Unix socket."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    return nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", kernel_manager_class=unix_socket_kernels(AsyncKernelManager),
+                                   resources={"metadata": {"path": str(notebooks.EXERCISES)}})  # fmt: skip
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stem", sorted(NO_MASKS))
 def test_a_maskless_kernel_gets_verdicts_not_a_dead_kernel(stem, tmp_path):
@@ -436,7 +445,7 @@ def test_a_maskless_kernel_gets_verdicts_not_a_dead_kernel(stem, tmp_path):
     nbclient = pytest.importorskip("nbclient")
     path = write_notebook(stem, NO_MASKS[stem], tmp_path / f"{stem}.ipynb")
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(notebooks.EXERCISES)}})
+    client = _client(nbclient, nb)
     client.execute()  # raises CellExecutionError on an error, DeadKernelError on a crash
     tries = [c for c in nb.cells if c.cell_type == "code" and "exercise.try_" in c.source]
     checks = [c for c in nb.cells if grade.CHECK_TAG in c.metadata.get("tags", [])]
@@ -455,7 +464,7 @@ def test_ex01a_try_cell_reports_an_exception(tmp_path):
     source = "def arithmetic_intensity(op: str, shape: tuple, dtype: torch.dtype) -> tuple[int, int, float]:\n    return 1 / 0\n"
     path = write_notebook("ex01a_arithmetic_intensity", source, tmp_path / "ex01a.ipynb")
     nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(notebooks.EXERCISES)}}).execute()
+    _client(nbclient, nb).execute()
     (tried,) = [_text_outputs(c) for c in nb.cells if c.cell_type == "code" and "exercise.try_" in c.source]
     assert "not right yet: ZeroDivisionError" in tried, tried
 
