@@ -270,7 +270,7 @@ def _bwd_dkdv_kernel(
         dk, dv = _dkdv_query_blocks(dk, dv, k, v, keys, kid, q_head, do_head, q_sn, do_sn, lse2_ptr + row0, delta_ptr + row0, qid_row,
                                     mid, q_end, Nq, D, causal_shift, qk_scale, qk_scale_lo, HAS_IDS, HAS_QIDS, False, BLOCK_M,
                                     HEAD_D, UPCAST, ROUND_BF16, IEEE_DOT, ACC_DTYPE)  # fmt: skip
-    # A key that does not exist saw P = exp2(0 - lse2) from its zero k: only its own row, dropped here.
+    # A key that does not exist saw P = exp2(0 - lse2) from its zero k (inf if lse2 < -128): only its own row, dropped here.
     dk = tl.where(key_ok[:, None], _scaled(dk, sm_scale, sm_scale_lo, ACC_DTYPE), 0.0)
     dv = tl.where(key_ok[:, None], dv, 0.0)
     out = (b * Hkv + kv_h) * buffer_keys * D + keys[:, None] * D + dims[None, :]
