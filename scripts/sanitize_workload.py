@@ -34,8 +34,7 @@ Environment: ``TRITONFORGE_SMOKE=1`` (or no CUDA GPU): toy sizes on the CPU inte
 ops' block limits lowered so that tiny rows still reach the long-row strategies (the cooperative
 one needs a GPU: there it takes the interpreter's plan).
 
-Not covered, on purpose: ``flash_attention``'s backward (no kernel: a routed fallback, which strict
-routing refuses) and ``axpy``'s (plain PyTorch ops). The softmax "online" strategy only runs on a
+Not covered, on purpose: ``axpy``'s backward (plain PyTorch ops). The softmax "online" strategy only runs on a
 GPU for rows over 1M elements with 264+ rows (~280M elements); the ``softmax/online`` case forces
 that plan on a smaller shape instead (the same compiled kernel: BLOCK_N, ROW_FITS=False, warps).
 """
@@ -502,15 +501,17 @@ def _(c: Case) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Attention (forward only: the backward is a routed PyTorch fallback, refused under strict)
+# Attention: forward, and forward + backward (the three backward kernels)
 # ----------------------------------------------------------------------------------------------
 
 HAS_KV_LENS = "kv_lens" in inspect.signature(tfg.flash_attention).parameters and "kv_lens" in inspect.signature(ref.flash_attention_ref).parameters
 
 
 def run_attention(c: Case, B: int, Hq: int, Hkv: int, Nq: int, Nk: int, D: int, dtype: torch.dtype, *, causal: bool,
-                  heads_inner: bool = False, kv_lens: Optional[list[int]] = None, expected: Optional[str] = None) -> None:  # fmt: skip
-    """``heads_inner``: q, k, v are ``[B, N, H, D]`` buffers seen through ``transpose(1, 2)``."""
+                  heads_inner: bool = False, kv_lens: Optional[list[int]] = None, expected: Optional[str] = None,
+                  backward: bool = False) -> None:  # fmt: skip
+    """``heads_inner``: q, k, v are ``[B, N, H, D]`` buffers seen through ``transpose(1, 2)``.
+    ``backward``: also the gradients through O and lse (the backward kernels)."""
 
     def make(H: int, N: int) -> torch.Tensor:
         return randn(B, N, H, D, dtype=dtype).transpose(1, 2) if heads_inner else randn(B, H, N, D, dtype=dtype)
@@ -519,18 +520,28 @@ def run_attention(c: Case, B: int, Hq: int, Hkv: int, Nq: int, Nk: int, D: int, 
     extra = {}
     if kv_lens is not None:
         extra["kv_lens"] = torch.tensor(kv_lens, dtype=torch.int32, device=DEVICE)
+    if backward:
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
     o, lse = tfg.flash_attention(q, k, v, causal=causal, return_lse=True, **extra)
     sync()
     kernel_ran("flash_attention")
-    o_ref, lse_ref = ref.flash_attention_ref(q, k, v, causal, upcast=True, **extra)
+    o_ref, lse_ref = ref.flash_attention_ref(q.detach(), k.detach(), v.detach(), causal, upcast=True, **extra)
     check("flash_attention O", o, o_ref, dtype)
     check("flash_attention lse", lse, lse_ref, FP16)  # float32 state; a bf16-sized bound would hide little
+    if backward:
+        do, dlse = randn(*o.shape, dtype=dtype), randn(*lse.shape, dtype=lse.dtype)
+        grads = torch.autograd.grad((o, lse), (q, k, v), (do, dlse))
+        sync()
+        kernel_ran("flash_attention_backward")
+        expected_grads = ref.flash_attention_bwd_ref(do, q.detach(), k.detach(), v.detach(), causal, dlse=dlse, upcast=True, **extra)
+        for what, g, e in zip(("dq", "dk", "dv"), grads, expected_grads):
+            check(f"flash_attention {what}", g, e, dtype)
     p = attention_mod.last_plan()
     got = "?" if p is None else p.strategy + (f" x{p.splits}" if p.splits > 1 else "")
     tiles = "" if p is None else f" {p.block_m}x{p.block_n}"
     label = (f"{name(dtype)} B={B} Hq={Hq} Hkv={Hkv} Nq={Nq} Nk={Nk} D={D}{' causal' if causal else ''}"
              f"{' [B,N,H,D]' if heads_inner else ''}{f' kv_lens={kv_lens}' if kv_lens is not None else ''}")  # fmt: skip
-    c.did(label + tiles, got, expected)
+    c.did(label + tiles + (" + backward" if backward else ""), got, expected)
 
 
 @case("flash_attention/prefill")
@@ -578,6 +589,17 @@ def _(c: Case) -> None:
     run_attention(c, 3, pick(32, 8), pick(8, 2), 1, nk, pick(128, 32), BF16, causal=False, kv_lens=[nk, nk // 3 + 1, 0])
     n = pick(600, 40)
     run_attention(c, 2, 4, 2, n, n, 64, BF16, causal=True, kv_lens=[n - 17, 5])
+
+
+@case("flash_attention/backward")
+def _(c: Case) -> None:
+    # The backward kernels: GQA with [B, N, H, D] memory, Nq > Nk causal (rows that see no key), a
+    # padded head dim in fp32 (IEEE dots), a static cache's lengths.
+    n = pick(1000, 40)
+    run_attention(c, 2, pick(8, 4), 2, n, n, pick(128, 32), BF16, causal=True, heads_inner=True, backward=True)
+    run_attention(c, 1, 4, 4, pick(300, 37), pick(200, 21), 64, FP16, causal=True, backward=True)
+    run_attention(c, 2, 2, 1, pick(333, 35), pick(333, 35), pick(80, 24), FP32, causal=False, backward=True)
+    run_attention(c, 2, 4, 2, n, n, 64, BF16, causal=True, kv_lens=[n - 17, 5], backward=True)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """FlashAttention forward: both paths (prefill tiles, split-KV decode) against float64, and how
-the op composes with PyTorch (compile, autograd through the reference backward, vmap).
+the op composes with PyTorch (compile, autograd through the backward kernels, vmap).
 
 Outputs, lse and the decode path's partial buffers are poisoned with NaN before the kernels run.
 On the CPU the interpreter's 16 x 16 tiles make small sequences cross block edges, key tails and
@@ -265,13 +265,14 @@ def test_kv_lens_reads_only_the_filled_keys(shape, causal, monkeypatch, device):
 
 
 def test_kv_lens_gradients_and_vmap(device):
-    """The backward (reference) honours kv_lens: gradients equal those of the sliced oracle and are
+    """The backward kernels honour kv_lens: gradients equal those of the sliced oracle and are
     zero for keys past the length; vmap folds the lengths with the batch."""
     q, k, v = _leaves((2, 2, 1, 3, 20, 16), device)
     lens = torch.tensor([20, 9], device=device)
-    with tfg.strict(False), warnings.catch_warnings():
+    with tfg.strict(device != "cuda" and attention_module.fp64_dot_supported()), warnings.catch_warnings():  # a GPU routes float64 to the reference
         warnings.simplefilter("ignore", tfg.FallbackWarning)
         got = torch.autograd.grad(flash_attention(q, k, v, causal=True, kv_lens=lens).sum(), (q, k, v))
+    assert device == "cuda" or not attention_module.fp64_dot_supported() or tfg.last_path("flash_attention_backward") == "interpreter"
     expected = torch.autograd.grad(_sliced_oracle(q, k, v, True, lens)[0].sum(), (q, k, v))
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)
@@ -313,7 +314,7 @@ def test_kv_lens_bad_inputs(device):
 
 
 # ----------------------------------------------------------------------------------------------
-# Autograd: the PyTorch backward, routed and loud
+# Autograd: the backward kernels (tests/ops/test_attention_backward.py tests them in depth)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -321,30 +322,32 @@ def _leaves(shape, device, dtype=torch.float64):
     return [t.requires_grad_() for t in _inputs(*shape, dtype=dtype, device=device)]
 
 
-def test_backward_is_a_loud_fallback(device):
-    """Strict mode refuses the backward (no kernel); otherwise it warns and is exact: the
-    gradients of O and of lse equal autograd through the float64 reference."""
-    q, k, v = _leaves((2, 4, 2, 19, 23, 16), device, torch.float32)
-    with tfg.strict(), pytest.raises(tfg.FallbackError, match="no Triton kernel"):
-        flash_attention(q, k, v, causal=True).sum().backward()
-    q, k, v = _leaves((2, 4, 2, 19, 23, 16), device)
-    do = torch.randn(2, 4, 19, 16, dtype=torch.float64, device=device)
-    dlse = torch.randn(2, 4, 19, dtype=torch.float64, device=device)
-    with tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="no Triton kernel"):
+def test_backward_runs_the_kernels(device):
+    """Strict mode allows the backward (the kernels serve it), and it is exact: the gradients of O
+    and of lse equal autograd through the float64 reference."""
+    dtype = torch.float32 if device == "cuda" or not attention_module.fp64_dot_supported() else torch.float64
+    q, k, v = _leaves((2, 4, 2, 19, 23, 16), device, dtype)
+    do = torch.randn(2, 4, 19, 16, dtype=dtype, device=device)
+    dlse = torch.randn(2, 4, 19, dtype=dtype, device=device)
+    with tfg.strict():
         o, lse = flash_attention(q, k, v, causal=True, return_lse=True)
         got = torch.autograd.grad((o, lse), (q, k, v), (do, dlse))
-    assert tfg.last_route("flash_attention_backward").reason == "no-kernel"
-    o64, lse64 = flash_attention_ref(q, k, v, True, upcast=True)
-    expected = torch.autograd.grad((o64, lse64), (q, k, v), (do, dlse))
+    route = tfg.last_route("flash_attention_backward")
+    assert (route.path, route.reason) == ("triton" if device == "cuda" else "interpreter", None)
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    do, dlse = do.double(), dlse.double()
+    expected = torch.autograd.grad(flash_attention_ref(q, k, v, True, upcast=True), (q, k, v), (do, dlse))
+    tol = dict(rtol=1e-10, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-4, atol=2e-5)
     for g, e in zip(got, expected, strict=True):
-        torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(g.double(), e, **tol)
     for g, e in zip(flash_attention_bwd_ref(do, q, k, v, True, dlse=dlse, upcast=True), expected, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)  # the hand-derived formulas
 
 
 def test_gradcheck_and_gradgradcheck(device):
-    """The kernel's forward with the reference backward, against finite differences of the kernel
-    (float64 on the interpreter); and the second derivative through the reference."""
+    """The kernels' forward and backward against finite differences of the forward kernel
+    (float64 on the interpreter); and the second derivative through the reference backward
+    (create_graph: a routed fallback, hence strict off)."""
     _skip_fp64_without_dot(torch.float64, device)
     q, k, v = _leaves((1, 2, 1, 5, 19, 16), device)
     with tfg.strict(False), warnings.catch_warnings():
@@ -390,7 +393,7 @@ def test_vmap_runs_the_kernels(device):
 
 def test_compile_fullgraph_no_recompiles(device):
     """Dynamo + AOTAutograd (``aot_eager``) around the op: one graph, no recompiles, the op's body
-    routed; forward and (reference) backward equal to eager."""
+    routed; forward and backward (the backward kernels) equal to eager."""
     q, k, v = _inputs(2, 4, 2, 19, 33, 16, device=device)
 
     def model(q, k, v):
@@ -405,11 +408,11 @@ def test_compile_fullgraph_no_recompiles(device):
             assert tfg.last_path("flash_attention") == ("triton" if device == "cuda" else "interpreter")
         torch.testing.assert_close(out, model(q, k, v), rtol=0, atol=0)
         torch._dynamo.reset()
-        with tfg.strict(False), warnings.catch_warnings():
-            warnings.simplefilter("ignore", tfg.FallbackWarning)
+        with tfg.strict():
             compiled_bwd = torch.compile(model, fullgraph=True, backend="aot_eager")
             leaves = [t.clone().requires_grad_() for t in (q, k, v)]
             compiled_bwd(*leaves).pow(2).sum().backward()
+            assert tfg.last_path("flash_attention_backward") == ("triton" if device == "cuda" else "interpreter")
             eager = [t.clone().requires_grad_() for t in (q, k, v)]
             model(*eager).pow(2).sum().backward()
     for a, b in zip(leaves, eager, strict=True):

@@ -341,8 +341,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     attention read key/value head ``h // (Hq // Hkv)`` for query head ``h``. Up to
     ``DECODE_MAX_QUERIES`` queries per head take the split-KV decode path (:func:`plan`;
     :func:`last_plan` says which ran). Usable under ``torch.compile(fullgraph=True)``, CUDA graphs
-    and ``torch.func.vmap``; differentiable through the PyTorch backward (a routed fallback: no
-    backward kernel yet).
+    and ``torch.func.vmap``; differentiable through FlashAttention-2's backward kernels
+    (:mod:`tritonforge.ops.attention_backward`; ``tfg.last_path("flash_attention_backward")``).
 
     Args:
         q: ``[B, Hq, Nq, D]`` float16, bfloat16, float32 (float64: interpreter); any strides with a unit-stride last
