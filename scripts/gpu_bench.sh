@@ -4,7 +4,7 @@
 # Usage: bash scripts/gpu_bench.sh [results-dir] [suite ...]
 #   results-dir  where the JSON files go (default benchmarks/results)
 #   suite ...    default: ceilings axpy rmsnorm rmsnorm-bwd profile-eager-rmsnorm swiglu swiglu-bwd swiglu-front
-#                softmax softmax-bwd attention attention-decode
+#                softmax softmax-bwd attention attention-decode attention-bwd
 #
 # Each suite runs in its own process, measures the ceilings first, and writes
 # <results-dir>/<suite>-<device>-<date>.json. The log goes to ${LOG:-<results-dir>/gpu-bench.log}.
@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 results_dir="${1:-benchmarks/results}"
 [ "$#" -gt 0 ] && shift
 suites=("$@")
-[ "${#suites[@]}" -eq 0 ] && suites=(ceilings axpy rmsnorm rmsnorm-bwd profile-eager-rmsnorm swiglu swiglu-bwd swiglu-front softmax softmax-bwd attention attention-decode)
+[ "${#suites[@]}" -eq 0 ] && suites=(ceilings axpy rmsnorm rmsnorm-bwd profile-eager-rmsnorm swiglu swiglu-bwd swiglu-front softmax softmax-bwd attention attention-decode attention-bwd)
 python="${PYTHON:-python3}"
 mkdir -p "$results_dir"
 log="${LOG:-$results_dir/gpu-bench.log}"

@@ -103,7 +103,7 @@ def test_the_runner_checks_every_gradient_of_a_backward_spec():
 
 def test_each_op_suite_is_a_spec_in_the_registry():
     assert set(bench.OP_SPECS) == {"axpy", "rmsnorm", "rmsnorm-bwd", "swiglu", "swiglu-bwd", "swiglu-front", "softmax", "softmax-bwd",
-                                   "attention", "attention-decode"}  # fmt: skip
+                                   "attention", "attention-decode", "attention-bwd"}  # fmt: skip
     assert set(bench.OP_SPECS) | {"ceilings", "profile-eager-rmsnorm"} == set(bench.SUITES)
     forward, both = bench.RMSNORM_FORWARD, bench.RMSNORM_FORWARD_BACKWARD
     assert not forward.backward and both.backward and both.grads == ("x", "weight")
@@ -152,7 +152,7 @@ def test_compiled_cuda_graph_rows_only_on_a_gpu(spec):
     on_cpu = spec.impl_table(None, "cpu")
     assert not set(bench.CUDA_GRAPH_IMPLS) & set(on_cpu)
     on_gpu = spec.impl_table(None, "cuda")
-    if spec.suite not in ("axpy", "swiglu-bwd", "softmax-bwd", "attention", "attention-decode"):
+    if spec.suite not in ("axpy", "swiglu-bwd", "softmax-bwd", "attention", "attention-decode", "attention-bwd"):
         assert [name for name in on_gpu if name not in bench.CUDA_GRAPH_IMPLS] == list(on_cpu)
         assert set(on_gpu) - set(on_cpu) == set(bench.CUDA_GRAPH_IMPLS)
     else:
@@ -317,11 +317,12 @@ def test_profile_maps_eager_kernels_to_aten_ops_on_gpu():
 
 
 def test_attention_suites_run_on_this_machine(device, monkeypatch):
-    """Both attention suites at small sizes: ours and the eager peer checked against the chunked
+    """The attention suites at small sizes: ours and the eager peer checked against the chunked
     float64 oracle (chunks forced small here) and timed (fake timer)."""
     monkeypatch.setattr(bench.suites, "ORACLE_CHUNK_BYTES", 8 * 2 * 40 * 7)  # 7 query rows per chunk
     dtype = torch.float16 if device == "cuda" else torch.float32
-    for name, shape in (("attention", (2, 2, 40, 16, 1)), ("attention", (1, 2, 33, 16, 0)), ("attention-decode", (2, 4, 2, 70, 16))):
+    for name, shape in (("attention", (2, 2, 40, 16, 1)), ("attention", (1, 2, 33, 16, 0)), ("attention-decode", (2, 4, 2, 70, 16)),
+                        ("attention-bwd", (2, 2, 40, 16, 1)), ("attention-bwd", (1, 2, 33, 16, 0))):  # fmt: skip
         rows = bench.run_op_suite(bench.OP_SPECS[name], bench.Ceilings(100.0, {dtype_name(dtype): 10.0}), dtypes=[dtype],
                                   shapes=[shape], impls=["tritonforge", "naive (eager)"], device=device, timer=FakeTimer())  # fmt: skip
         assert [r["impl"] for r in rows] == ["tritonforge", "naive (eager)"], name
@@ -352,4 +353,6 @@ def test_attention_costs():
     assert causal.flops == 4 * 4 * 32 * 128 * 2048 * 2049 // 2
     decode = bench.OP_SPECS["attention-decode"].cost((1, 32, 8, 8192, 128), torch.bfloat16)
     assert decode.bytes == (2 * 8 * 8192 * 128 + 2 * 32 * 128) * 2 and decode.ceiling == "copy"
+    step = bench.OP_SPECS["attention-bwd"].cost((4, 32, 2048, 128, 1), torch.bfloat16)
+    assert step.flops == 7 * causal.flops // 2 and step.bytes == 3 * causal.bytes and step.ceiling == "matmul"
     assert costs.causal_pairs(3, 7) == 5 + 6 + 7 and costs.causal_pairs(7, 3) == 1 + 2 + 3 and costs.causal_pairs(0, 5) == 0

@@ -176,6 +176,21 @@ def attention_prefill_cost(b: int, h: int, n: int, d: int, causal: bool, dtype: 
     )
 
 
+def attention_forward_backward_cost(b: int, h: int, n: int, d: int, causal: bool, dtype: torch.dtype) -> Cost:
+    """One training step of attention at prefill: the forward's two matmuls and the backward's five
+    (``dv = Pᵀ dO``, ``dP = dO vᵀ``, ``S`` recomputed, ``dq = dS k``, ``dk = dSᵀ q``), 3.5 times the
+    forward's FLOPs, the count FlashAttention's papers use (a kernel that recomputes more, as ours
+    does for dq, is charged the same); bytes are the least a step moves: the forward reads q, k, v
+    and writes O; the backward reads q, k, v, O, dO and writes dq, dk, dv."""
+    return Cost(
+        12 * b * h * n * d * elem_size(dtype),
+        attention_flops(b, h, n, n, d, causal) * 7 // 2,
+        "FLOPs = 3.5 x the forward's (2 matmuls forward, 5 backward); bytes = 12·B·H·N·D·elem (forward: q, k, v, O; "
+        "backward: q, k, v, O, dO, dq, dk, dv)",
+        "matmul",
+    )
+
+
 def attention_decode_cost(b: int, hq: int, hkv: int, nk: int, d: int, dtype: torch.dtype) -> Cost:
     """Decode (one query per head): bound by reading the KV cache once, a read-only stream. The
     fraction divides by the copy bandwidth (read + write), which a pure read can exceed."""

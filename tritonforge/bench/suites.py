@@ -28,6 +28,7 @@ from tritonforge.bench.costs import (
     Cost,
     add_throughput,
     attention_decode_cost,
+    attention_forward_backward_cost,
     attention_prefill_cost,
     axpy_cost,
     copy_cost,
@@ -52,7 +53,7 @@ from tritonforge.bench.timing import (
     measure,
     relative_error,
 )
-from tritonforge.reference import axpy_ref, flash_attention_ref, rms_norm_ref, softmax_ref, swiglu_mlp_front_ref, swiglu_ref
+from tritonforge.reference import axpy_ref, flash_attention_bwd_ref, flash_attention_ref, rms_norm_ref, softmax_ref, swiglu_mlp_front_ref, swiglu_ref
 
 RMSNORM_SHAPES = ((4096, 512), (4096, 2048), (4096, 8192), (16384, 4096), (32768, 8192), (1, 8192), (64, 8192))
 RMSNORM_QUICK_SHAPES = ((4096, 2048), (16384, 4096), (64, 8192))
@@ -667,10 +668,59 @@ ATTENTION_DECODE = dataclasses.replace(
 cache of 1K-32K): ours (split-KV) vs eager and SDPA's backends; bytes are K and V read once, so
 the fraction of the copy bandwidth is the fraction of a read-only stream's floor."""
 
+ATTENTION_BWD_SHAPES = tuple((4, ATTENTION_HEADS, n, ATTENTION_HEAD_DIM, causal) for causal in (0, 1) for n in (1024, 2048, 4096, 8192))
+ATTENTION_BWD_QUICK_SHAPES = ((4, ATTENTION_HEADS, 2048, ATTENTION_HEAD_DIM, 1),)
+
+
+def attention_step_inputs(shape: tuple, dtype: torch.dtype, device: str) -> Inputs:
+    """:func:`attention_prefill_inputs` and the output's gradient ``dy``."""
+    return {**attention_prefill_inputs(shape, dtype, device), "dy": torch.randn(*shape[:4], device=device, dtype=dtype)}
+
+
+class _AttentionOracle(torch.autograd.Function):
+    """The float64 training step's oracle at model sizes: the forward is :func:`attention_oracle`
+    (query chunks), the backward :func:`~tritonforge.reference.flash_attention_bwd_ref` a batch row
+    at a time (it recomputes ``P``), so that no more than one row's ``Nq x Nk`` matrices are ever
+    alive; autograd through the reference would keep every chunk's."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal):
+        ctx.save_for_backward(q, k, v)
+        ctx.causal = causal
+        return attention_oracle(q, k, v, causal)
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v = ctx.saved_tensors
+        grads = [torch.empty_like(t) for t in (q, k, v)]
+        for b in range(q.shape[0]):
+            row = (t[b : b + 1] for t in (do, q, k, v))
+            for grad, part in zip(grads, flash_attention_bwd_ref(*row, ctx.causal, q.shape[-1] ** -0.5, upcast=True)):
+                grad[b : b + 1] = part
+        return (*grads, None)
+
+
+ATTENTION_FORWARD_BACKWARD = dataclasses.replace(
+    ATTENTION_PREFILL,
+    suite="attention-bwd",
+    op="flash-attention-fwd-bwd",
+    shapes=ATTENTION_BWD_SHAPES,
+    quick_shapes=ATTENTION_BWD_QUICK_SHAPES,
+    make_inputs=attention_step_inputs,
+    reference=_AttentionOracle.apply,
+    cost=lambda shape, dtype: attention_forward_backward_cost(*shape[:4], bool(shape[4]), dtype),
+    backward=True,
+    grads=("q", "k", "v"),
+)
+"""FlashAttention-2 forward + backward (one training step) at prefill (B = 4, H = 32, D = 128,
+N = 1K-8K, causal and not), checked on O and dq, dk, dv against the float64 oracle: ours vs HF's
+eager attention (where its scores fit) and SDPA's FlashAttention-2 and cuDNN backends; TFLOP/s
+counted as FlashAttention's papers do (3.5 times the forward), and the memory one step allocates."""
+
 OP_SPECS = {
     spec.suite: spec
     for spec in (AXPY, RMSNORM_FORWARD, RMSNORM_FORWARD_BACKWARD, SWIGLU_FORWARD, SWIGLU_FORWARD_BACKWARD, SWIGLU_FRONT,
-                 SOFTMAX_FORWARD, SOFTMAX_FORWARD_BACKWARD, ATTENTION_PREFILL, ATTENTION_DECODE)
+                 SOFTMAX_FORWARD, SOFTMAX_FORWARD_BACKWARD, ATTENTION_PREFILL, ATTENTION_DECODE, ATTENTION_FORWARD_BACKWARD)
 }  # fmt: skip
 """Every op suite, by name."""
 
