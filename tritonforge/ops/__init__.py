@@ -23,6 +23,8 @@ module                          public function                        chapter
 ``rope``                        ``rope``                               9
 ``rope_pair``                   ``rope_qk`` (queries and keys in one   9
                                 launch)
+``rotary``                      (the rotation both rope kernels        9
+                                share)
 ``gpu``                         (the GPU's fast paths, beside the ops  3, 6
                                 that choose them: cooperative rows,
                                 several rows a program)

@@ -1,7 +1,8 @@
 """Queries and keys rotated in one launch (chapter 9): what an attention layer applies, Hugging
 Face's ``apply_rotary_pos_emb(q, k, cos, sin)``.
 
-Math: :mod:`tritonforge.ops.rope`'s rotation, applied to q's heads and then k's in one grid; the
+Math: :mod:`tritonforge.ops.rope`'s rotation (the block kernel
+:func:`~tritonforge.ops.rotary.rotate_block`), applied to q's heads and then k's in one grid; the
 two share the cos and sin of their positions. The table may be one per batch row (``[B, N, D]``:
 under left padding each row's positions differ), read through a batch stride of zero when it is
 one table for all. The backward is the transposed rotation, the same kernel with ``BACKWARD``.
@@ -14,7 +15,7 @@ import torch
 from tritonforge import checks, launches, runtime
 from tritonforge._triton import tl, triton
 from tritonforge.kernel_utils import acc_dtype, round_bf16_by_hand
-from tritonforge.ops.rope import ROPE_DTYPES, TILE_ELEMENTS, _rotate
+from tritonforge.ops.rotary import ROPE_DTYPES, TILE_ELEMENTS, rotate_block
 from tritonforge.reference import rope_bwd_ref, rope_ref
 
 QK_OP = "rope_qk"
@@ -55,10 +56,10 @@ def _rope_qk_kernel(
     b = (bh // (Hq + Hk)).to(tl.int64)
     h = bh % (Hq + Hk)
     if h < Hq:
-        _rotate(q_ptr, yq_ptr, cos_ptr, sin_ptr, b, h, Hq, N, HALF, q_sb, q_sh, q_sn, c_sb, c_sn, s_sb, s_sn, BLOCK_N, HALF_P2,
+        rotate_block(q_ptr, yq_ptr, cos_ptr, sin_ptr, b, h, Hq, N, HALF, q_sb, q_sh, q_sn, c_sb, c_sn, s_sb, s_sn, BLOCK_N, HALF_P2,
                 BACKWARD, ACC_DTYPE, ROUND_BF16)  # fmt: skip
     else:
-        _rotate(k_ptr, yk_ptr, cos_ptr, sin_ptr, b, h - Hq, Hk, N, HALF, k_sb, k_sh, k_sn, c_sb, c_sn, s_sb, s_sn, BLOCK_N,
+        rotate_block(k_ptr, yk_ptr, cos_ptr, sin_ptr, b, h - Hq, Hk, N, HALF, k_sb, k_sh, k_sn, c_sb, c_sn, s_sb, s_sn, BLOCK_N,
                 HALF_P2, BACKWARD, ACC_DTYPE, ROUND_BF16)  # fmt: skip
 
 
