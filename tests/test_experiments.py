@@ -52,6 +52,7 @@ TOPICS = {  # folder -> the kept scripts in it
     "host-cost": {"host_per_call.py", "op_integration.py", "rmsnorm_fwd_bwd_host.py"},
     "long-rows": {"long_rows.py", "row_schedules.py"},
     "rmsnorm": {"inductor_rmsnorm.py", "rmsnorm_bwd_programs.py", "rmsnorm_fwd_blocks.py", "rmsnorm_fwd_decode.py", "rmsnorm_fwd_passes.py"},
+    "tensor-parallel": {"tp_llama.py"},
 }  # fmt: skip
 KEPT = {f"{topic}/{script}" for topic, scripts in TOPICS.items() for script in scripts}
 """Every kept script, as its path under benchmarks/experiments/ (what run_toy takes)."""
@@ -549,6 +550,26 @@ def test_hf_generate(tmp_path):
         assert "error" not in row and not row.get("fallbacks"), row
         assert row["case"] == "prefill" or (row["same_tokens"] == 1.0 and row["tokens_per_s"] > 0), row
     assert all(r["variant"] != "liger" or r.get("status") == "unavailable" or "error" not in r for r in rows)
+
+
+def test_tp_llama(tmp_path):
+    """Two gloo ranks on the CPU (the script starts them itself, as torchrun would): every setup of
+    every case runs, the two-rank logits are checked against the one-rank model's first (float32 toy
+    model), and each two-rank time is the slower of both ranks'."""
+    out = tmp_path / "tp.json"
+    run_toy("tensor-parallel/tp_llama.py", str(out))
+    data = read_json(out)
+    rows, meta = data["rows"], data["metadata"]
+    assert meta["backend"] == "gloo" and meta["world"] == 2
+    impls = ("tritonforge, 1 GPU", "tritonforge, 2 GPUs", "2 GPUs, collectives removed", "collectives alone")
+    assert {(r["op"], r["shape"][0], r["impl"]) for r in rows} == {
+        (op, batch, impl) for op, batch in (("decode", 1), ("decode", 2), ("prefill", 1)) for impl in impls}
+    assert all(r["status"] == "ok" and r["device_us"] > 0 and r["allreduces"] == 2 * meta["layers"] for r in rows), rows
+    for row in rows:
+        if row["impl"] != "tritonforge, 1 GPU":
+            assert len(row["rank_us"]) == 2 and row["device_us"] == max(row["rank_us"]), row
+        if row["impl"] == "tritonforge, 2 GPUs":
+            assert row["max_rel_err"] <= 2 * TOLERANCE[torch.float32], row
 
 
 def test_host_per_call(tmp_path):

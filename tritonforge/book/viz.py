@@ -53,6 +53,9 @@ COLORS = {  # one colour per implementation, in every chapter and every figure
     "sdpa-flash": "#17becf",
     "sdpa-cudnn": "#9467bd",
     "naive (eager)": "#8c564b",
+    "tritonforge, 2 GPUs": "#e377c2",  # chapter 10: the tensor-parallel step
+    "2 GPUs, collectives removed": "#f7b6d2",
+    "collectives alone": "#bcbd22",
 }
 """The implementations the book measures, each with a colour no other one has."""
 
@@ -61,6 +64,7 @@ SAME_IMPLEMENTATION = {
     "sdpa": "hf-eager",  # chapter 9's eager model (the Hugging Face default, SDPA attention)
     "unpatched": "hf-eager",  # a transformers model as it ships
     "tfg.patch": "tritonforge",  # ours, patched into a transformers model
+    "tritonforge, 1 GPU": "tritonforge",  # chapter 10's one-GPU step: ours, unsplit
 }
 """Names records give the same implementation: drawn in its colour."""
 
