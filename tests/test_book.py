@@ -16,7 +16,7 @@ pytestmark = pytest.mark.version_free  # the book's structure and text: the same
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "exercises").rglob("*.ipynb"))
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+CHAPTERS = sorted(p for p in (ROOT / "chapters").glob("*.ipynb") if re.match(r"\d\d[a-z]?_", p.name))  # 07b too
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 

@@ -14,7 +14,7 @@ import tritonforge as tfg
 from tritonforge import hardware, runtime
 from tritonforge.book import attention_figures as af
 from tritonforge.ops import attention, attention_prefill
-from tritonforge.reference import flash_attention_ref
+from tritonforge.reference import flash_attention_bwd_ref, flash_attention_ref
 
 
 @pytest.fixture
@@ -182,3 +182,101 @@ def test_figures_draw(plt):
     fig = af.memory_figure()
     fig.canvas.draw()
     assert "not measured" in fig.axes[0].get_title()
+
+
+# ---- the backward's dK/dV schedule ---------------------------------------------------------------
+
+
+def brute_force_dkdv_schedule(Nq, Nk, block_m, block_n):
+    """Causal: tile (key block, query block) is skipped iff no real query of it sees the block's
+    first key (then none sees any), unmasked iff every real query sees the block's last key index
+    (``start + block_n − 1``, past Nk or not: the kernel masks a ragged block's diagonal too)."""
+    schedule = []
+    for start_n in range(0, Nk, block_n):
+        row = []
+        for start_m in range(0, Nq, block_m):
+            queries = range(start_m, min(start_m + block_m, Nq))
+            sees = [[j <= i + (Nk - Nq) for j in (start_n, start_n + block_n - 1)] for i in queries]
+            row.append(af.SKIPPED if not any(s[0] for s in sees) else af.UNMASKED if all(s[1] for s in sees) else af.MASKED)
+        schedule.append(row)
+    return schedule
+
+
+@pytest.mark.parametrize("blocks", [(16, 16), (16, 32), (32, 16), (32, 128), (64, 64)])
+def test_dkdv_schedule_matches_the_per_element_mask(blocks):
+    block_m, block_n = blocks
+    for Nq, Nk in itertools.product(SIZES, SIZES):
+        assert af.dkdv_schedule(Nq, Nk, block_m, block_n, True) == brute_force_dkdv_schedule(Nq, Nk, block_m, block_n), (Nq, Nk)
+        assert all(c == af.UNMASKED for row in af.dkdv_schedule(Nq, Nk, block_m, block_n, False) for c in row)
+
+
+def test_dkdv_loads_the_tiles_the_forward_loads():
+    """With square tiles, the dK/dV programs load exactly the tiles the forward (and the dQ
+    program) loads: the same grid, walked by columns instead of rows."""
+    for Nq, Nk in itertools.product(SIZES, SIZES):
+        forward = af.tile_schedule(Nq, Nk, 16, 16, True)
+        backward = af.dkdv_schedule(Nq, Nk, 16, 16, True)
+        assert [[forward[i][j] != af.SKIPPED for i in range(len(forward))] for j in range(len(backward))] == [
+            [c != af.SKIPPED for c in row] for row in backward
+        ], (Nq, Nk)
+
+
+def _dkdv_bound_expressions():
+    """The dK/dV kernel's own lines for causal_shift, q_end, lo and mid (causal, else, the empty block)."""
+    from tritonforge.ops import attention_backward_kernels
+
+    source = inspect.getsource(attention_backward_kernels._bwd_dkdv_kernel.fn)
+    found = {}
+    for line in source.splitlines():
+        text = line.split("  #")[0].strip()
+        for name in ("causal_shift", "q_end", "lo", "mid"):
+            if text.startswith(f"{name} = "):
+                found.setdefault(name, []).append(text[len(name) + 3 :])
+    return found
+
+
+def test_the_dkdv_kernel_source_computes_the_same_bounds():
+    found = _dkdv_bound_expressions()
+    assert len(found["lo"]) == 3 and len(found["mid"]) == 3, found  # causal, else, then the empty block
+    tl = types.SimpleNamespace(minimum=min, maximum=max, cdiv=lambda a, b: -(-a // b), where=lambda c, a, b: a if c else b)
+    for Nq, Nk, block_m, block_n in itertools.product((1, 17, 64, 100), (1, 16, 33, 150), (16, 32), (16, 64)):
+        for start_n in range(0, Nk, block_n):
+            names = dict(tl=tl, Nq=Nq, Nk=Nk, BLOCK_M=block_m, BLOCK_N=block_n, start_n=start_n, empty=start_n >= Nk)
+            names["causal_shift"] = eval(found["causal_shift"][0], names)
+            names["q_end"] = eval(found["q_end"][0], names)
+            for branch, causal in ((0, True), (1, False)):
+                names["lo"], names["mid"] = eval(found["lo"][branch], names), eval(found["mid"][branch], names)
+                kernel = (eval(found["lo"][2], names), eval(found["mid"][2], names), names["q_end"])
+                assert kernel == af.dkdv_bounds(start_n, Nq, Nk, block_m, block_n, causal), (Nq, Nk, block_m, block_n, start_n, causal)
+
+
+@pytest.mark.parametrize("Nq, Nk", [(40, 70), (70, 40), (48, 48)])
+def test_the_dkdv_kernel_never_loads_a_skipped_query_block(Nq, Nk):
+    """Poison q and dO in the query blocks a key block's dK/dV program skips: that block's dk and
+    dv stay finite and right (a loaded NaN would reach them through dSᵀ q and Pᵀ dO)."""
+    from tritonforge.ops import attention_backward
+
+    if not hardware.interpreting():
+        pytest.skip("runs the backward kernels on the interpreter, whose tiles are 16 x 16")
+    torch.manual_seed(0)
+    q, k, v, do = torch.randn(1, 1, Nq, 16), torch.randn(1, 1, Nk, 16), torch.randn(1, 1, Nk, 16), torch.randn(1, 1, Nq, 16)
+    p = attention_backward.plan(16, q.dtype, q.device)
+    o, lse = flash_attention_ref(q, k, v, True)
+    _, dk_ref, dv_ref = flash_attention_bwd_ref(do, q, k, v, True, upcast=True)
+    schedule = af.dkdv_schedule(Nq, Nk, p.streamed, p.resident, True)
+    assert any(af.SKIPPED in row for row in schedule)
+    for j, row in enumerate(schedule):
+        qp, dop = q.clone(), do.clone()
+        for i, cls in enumerate(row):
+            if cls == af.SKIPPED:
+                qp[:, :, i * p.streamed : (i + 1) * p.streamed] = float("nan")
+                dop[:, :, i * p.streamed : (i + 1) * p.streamed] = float("nan")
+        _, dk, dv = attention_backward.flash_attention_bwd(dop, None, qp, k, v, o, lse, True, 16**-0.5, p)
+        keys = slice(j * p.resident, (j + 1) * p.resident)
+        torch.testing.assert_close(dk[:, :, keys].double(), dk_ref[:, :, keys], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(dv[:, :, keys].double(), dv_ref[:, :, keys], atol=1e-5, rtol=1e-5)
+
+
+def test_schedule_text():
+    text = af.schedule_text(af.dkdv_schedule(40, 40, 16, 16, True), label="keys ")
+    assert text.splitlines() == ["keys 0  m##", "keys 1  .m#", "keys 2  ..m"]

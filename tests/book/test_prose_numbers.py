@@ -43,6 +43,7 @@ CHECKED = (
     "05_fused_swiglu",
     "06_online_softmax",
     "07_flash_attention",
+    "07b_flash_attention_backward",
     "08_fallback_routing",
     "09_llama_capstone",
     "10_tensor_parallel",

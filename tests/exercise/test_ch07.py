@@ -7,9 +7,17 @@ program_id(1) (which counts the batch too), the bias added before the scale, no 
 exercise 7c's catches a wrong sliding window: no lower loop bound (blocks before every window
 loaded: NaN there), the lower bound not clamped at key 0, one key too many, the window aligned
 top left, no shift for a row whose max is still −inf, the window masked in the first block only,
-the lower bound rounded up. Each fails its check on every seed, the reference solutions pass."""
+the lower bound rounded up; exercise 7d's catches a wrong preprocess of the backward: δ without
+− dlse or with + dlse, lse2 in natural-log units or times ln 2, −inf kept for a query that sees no
+key, no mask on the rows; exercise 7e's catches a wrong dK/dV loop: exp where exp2 belongs, dk
+without sm_scale or scaled by qk_scale, dS without − δ, δ broadcast along the keys, dk from P, the
+query tail loaded without a mask, the key tail stored without one. Each fails its check on every
+seed (each by a wide margin, or with NaN or a write where no output lies), with a verdict that
+names it; the reference solutions pass."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -362,6 +370,276 @@ def window_lower_bound_rounded_up(
     )  # fmt: skip
 
 
+# Exercise 7d: the backward's preprocess ----------------------------------------------------------
+
+
+@triton.jit
+def _preprocess_body(
+    o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+    stride_lh, H, Nq, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MISTAKE: tl.constexpr,
+):  # fmt: skip
+    """Exercise 7d's right kernel but for one mistake, chosen by MISTAKE (0: none)."""
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, HEAD_DIM)
+    if MISTAKE == 46:  # no mask on the rows: a block past Nq reads and writes past the head's rows
+        row_ok = rows >= 0
+    else:
+        row_ok = rows < Nq
+    stats = tl.program_id(1) * stride_lh + rows
+    o = tl.load(o_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_om + dims[None, :], mask=row_ok[:, None], other=0.0)
+    do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows[:, None] * stride_dom + dims[None, :], mask=row_ok[:, None], other=0.0)
+    dlse = tl.load(dlse_ptr + stats, mask=row_ok, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    if MISTAKE == 42:  # + dlse
+        delta = delta + dlse
+    elif MISTAKE != 41:  # 41: dlse forgotten
+        delta = delta - dlse
+    lse = tl.load(lse_ptr + stats, mask=row_ok, other=0.0)
+    if MISTAKE == 43:  # natural-log units
+        scaled = lse
+    elif MISTAKE == 44:  # lse · ln 2
+        scaled = lse * 0.6931471805599453
+    else:
+        scaled = lse * 1.4426950408889634
+    if MISTAKE == 45:  # −inf kept for rows that see no key
+        lse2 = scaled
+    else:
+        lse2 = tl.where(lse == float("-inf"), float("inf"), scaled)
+    tl.store(delta_ptr + stats, delta, mask=row_ok)
+    tl.store(lse2_ptr + stats, lse2, mask=row_ok)
+
+
+@triton.jit
+def preprocess_forgets_dlse(
+    o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+    stride_lh, H, Nq, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    _preprocess_body(o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh,
+                     stride_dom, stride_lh, H, Nq, HEAD_DIM, BLOCK_M, 41)  # fmt: skip
+
+
+@triton.jit
+def preprocess_adds_dlse(
+    o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+    stride_lh, H, Nq, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    _preprocess_body(o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh,
+                     stride_dom, stride_lh, H, Nq, HEAD_DIM, BLOCK_M, 42)  # fmt: skip
+
+
+@triton.jit
+def preprocess_lse_in_natural_units(
+    o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+    stride_lh, H, Nq, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    _preprocess_body(o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh,
+                     stride_dom, stride_lh, H, Nq, HEAD_DIM, BLOCK_M, 43)  # fmt: skip
+
+
+@triton.jit
+def preprocess_lse_times_ln2(
+    o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+    stride_lh, H, Nq, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    _preprocess_body(o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh,
+                     stride_dom, stride_lh, H, Nq, HEAD_DIM, BLOCK_M, 44)  # fmt: skip
+
+
+@triton.jit
+def preprocess_empty_rows_minus_inf(
+    o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+    stride_lh, H, Nq, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    _preprocess_body(o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh,
+                     stride_dom, stride_lh, H, Nq, HEAD_DIM, BLOCK_M, 45)  # fmt: skip
+
+
+@triton.jit
+def preprocess_no_row_mask(
+    o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+    stride_lh, H, Nq, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    _preprocess_body(o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh,
+                     stride_dom, stride_lh, H, Nq, HEAD_DIM, BLOCK_M, 46)  # fmt: skip
+
+
+# Exercise 7e: dk and dv of a block of keys ------------------------------------------------------
+
+
+@triton.jit
+def _dkdv_body(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+    stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    MISTAKE: tl.constexpr,
+):  # fmt: skip
+    """Exercise 7e's right kernel but for one mistake, chosen by MISTAKE (0: none)."""
+    start_n = tl.program_id(0) * BLOCK_N
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    kv_mask = offs_n[:, None] < Nk
+    k = tl.load(k_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = k.to(tl.float32)
+    v = v.to(tl.float32)
+    dk = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
+    dv = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    stats = tl.program_id(1) * stride_lh
+    for start_m in range(0, Nq, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        m_mask = offs_m < Nq
+        q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :]
+        do_ptrs = do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :]
+        if MISTAKE == 57:  # the query rows past Nq loaded without a mask
+            q = tl.load(q_ptrs)
+            do = tl.load(do_ptrs)
+        else:
+            q = tl.load(q_ptrs, mask=m_mask[:, None], other=0.0)
+            do = tl.load(do_ptrs, mask=m_mask[:, None], other=0.0)
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+        lse2 = tl.load(lse2_ptr + stats + offs_m, mask=m_mask, other=float("inf"))
+        delta = tl.load(delta_ptr + stats + offs_m, mask=m_mask, other=0.0)
+        s = tl.dot(k, tl.trans(q), input_precision="ieee") * qk_scale
+        if MISTAKE == 51:  # exp, where lse2 and s are in base 2
+            p = tl.exp(s - lse2[None, :])
+        else:
+            p = tl.exp2(s - lse2[None, :])
+        dv += tl.dot(p, do, input_precision="ieee")
+        dp = tl.dot(v, tl.trans(do), input_precision="ieee")
+        if MISTAKE == 54:  # − δ forgotten
+            ds = p * dp
+        elif MISTAKE == 55:  # δ of the key's row index: δ[:, None] in the keys × queries tile
+            ds = p * (dp - delta[:, None])
+        else:
+            ds = p * (dp - delta[None, :])
+        if MISTAKE == 56:  # dk from P
+            dk += tl.dot(p, q, input_precision="ieee")
+        else:
+            dk += tl.dot(ds, q, input_precision="ieee")
+    if MISTAKE == 53:  # scaled by qk_scale (log2(e) included)
+        dk = dk * qk_scale
+    elif MISTAKE != 52:  # 52: the scale forgotten
+        dk = dk * sm_scale
+    out_k = dk_ptr + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :]
+    out_v = dv_ptr + b * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :]
+    if MISTAKE == 58:  # keys past Nk stored too
+        tl.store(out_k, dk.to(dk_ptr.dtype.element_ty))
+        tl.store(out_v, dv.to(dv_ptr.dtype.element_ty))
+    else:
+        tl.store(out_k, dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
+        tl.store(out_v, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def dkdv_exp_not_exp2(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+    stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    _dkdv_body(
+        q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+        stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+        stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, 51,
+    )  # fmt: skip
+
+
+@triton.jit
+def dkdv_forgets_scale(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+    stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    _dkdv_body(
+        q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+        stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+        stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, 52,
+    )  # fmt: skip
+
+
+@triton.jit
+def dkdv_dk_scaled_by_qk_scale(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+    stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    _dkdv_body(
+        q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+        stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+        stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, 53,
+    )  # fmt: skip
+
+
+@triton.jit
+def dkdv_forgets_delta(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+    stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    _dkdv_body(
+        q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+        stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+        stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, 54,
+    )  # fmt: skip
+
+
+@triton.jit
+def dkdv_delta_on_wrong_axis(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+    stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    _dkdv_body(
+        q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+        stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+        stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, 55,
+    )  # fmt: skip
+
+
+@triton.jit
+def dkdv_dk_from_p(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+    stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    _dkdv_body(
+        q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+        stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+        stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, 56,
+    )  # fmt: skip
+
+
+@triton.jit
+def dkdv_query_tail_unmasked(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+    stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    _dkdv_body(
+        q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+        stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+        stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, 57,
+    )  # fmt: skip
+
+
+@triton.jit
+def dkdv_unmasked_store(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+    stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    _dkdv_body(
+        q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+        stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+        stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM, BLOCK_M, BLOCK_N, 58,
+    )  # fmt: skip
+
+
 STEMS = notebooks.stems(7)
 """This chapter's exercises. Their rows in ``tritonforge.exercise.registry`` name the planted wrong
 answers above; the generic tests over every row (stub, planted answers, solution) are in
@@ -416,6 +694,108 @@ def test_a_mistake_that_is_right_elsewhere_fails_exactly_the_cases_built_for_it(
         report = check(wrong, seed=seed)
         failed = {r.case for r in report.rows if not r.passed}
         assert failed == {r.case for r in report.rows if r.case.startswith(cases)}, str(report)
+
+
+BACKWARD_PLANTED = {
+    "ex07d_attention_bwd_preprocess": [
+        (preprocess_forgets_dlse, "δ = rowsum(dO ⊙ O) misses − dlse"),
+        (preprocess_adds_dlse, "δ has + dlse where it needs − dlse"),
+        (preprocess_lse_in_natural_units, "lse2 = lse: the kernels compute P with exp2"),
+        (preprocess_lse_times_ln2, "lse2 = lse · ln 2"),
+        (preprocess_empty_rows_minus_inf, "whose query sees no key (lse = −inf) hold -inf, expected +inf"),
+        (preprocess_no_row_mask, "lse2: wrote"),
+    ],
+    "ex07e_attention_dv_block": [
+        (dkdv_exp_not_exp2, "P from exp where it needs exp2"),
+        (dkdv_forgets_scale, "dk misses the factor sm_scale"),
+        (dkdv_dk_scaled_by_qk_scale, "dk scaled by qk_scale"),
+        (dkdv_forgets_delta, "dS misses − δ"),
+        (dkdv_delta_on_wrong_axis, "δ broadcast along the wrong axis"),
+        (dkdv_dk_from_p, "dk from P where it needs dS"),
+        (dkdv_query_tail_unmasked, "load q and dO with the mask offs_m < Nq"),
+        (dkdv_unmasked_store, "dk: wrote"),
+    ],
+}
+BACKWARD_CASES = [(stem, wrong, hint) for stem, rows in BACKWARD_PLANTED.items() for wrong, hint in rows]
+STRUCTURAL = ("wrote", "NaN", "expected +inf")
+"""A failure that is not a matter of degree: a store where no output lies, NaN, −inf for +inf."""
+
+
+def test_the_backward_rows_name_exactly_these_mistakes():
+    for stem, rows in BACKWARD_PLANTED.items():
+        assert notebooks.planted(notebooks.NOTEBOOKS[stem]) == [wrong for wrong, _ in rows]
+
+
+@pytest.mark.parametrize("stem, wrong, hint", BACKWARD_CASES, ids=[w.__name__ for _, w, _ in BACKWARD_CASES])
+def test_ex07d_ex07e_a_mistake_gets_its_verdict_by_a_wide_margin_on_every_seed(stem, wrong, hint):
+    """On every seed the first case the mistake fails names it, and fails it by at least 1000
+    times the case's error budget, or structurally (NaN, a write outside the output, −inf where
+    +inf belongs)."""
+    from tritonforge.exercise.core import until_first_failure
+    from tritonforge.reference import TOLERANCE
+
+    exercise_row = notebooks.NOTEBOOKS[stem]
+    cases = exercise_row.cases()
+    for seed in notebooks.PLANTED_SEEDS:
+        with until_first_failure():
+            report = exercise_row.check(wrong, seed=seed)
+        (row,) = [r for r in report.rows if not r.passed and not r.skipped]
+        assert hint in row.detail, (seed, str(report))
+        if any(mark in row.detail for mark in STRUCTURAL):
+            continue
+        index = [c.name for c in cases].index(row.case)
+        gen = torch.Generator().manual_seed((seed or 0) + index)
+        expected = cases[index].expected(cases[index].inputs(gen))
+        scale = max(1.0, *(float(t[torch.isfinite(t)].abs().max()) for t in expected.values()))
+        assert row.error >= 1000 * TOLERANCE[cases[index].dtype] * scale, (seed, row.case, row.error)
+
+
+def test_ex07d_ex07e_references_are_autograds_gradients():
+    """δ and lse2 (7d) fed to 7e's formula give autograd's dk and dv of attention in float64 for a
+    loss Σ O ⊙ dO + Σ lse ⊙ dlse (7e is not causal); causal with queries that see no key, 7d's
+    lse2 is +inf on those rows and lse · log2(e) on the others."""
+    gen = torch.Generator().manual_seed(0)
+    for causal, (Nq, Nk) in ((False, (21, 35)), (True, (30, 18))):
+        q, k, v = (torch.randn(2, 3, n, 16, generator=gen, dtype=torch.float64, requires_grad=True) for n in (Nq, Nk, Nk))
+        do = torch.randn(2, 3, Nq, 16, generator=gen, dtype=torch.float64)
+        dlse = torch.randn(2, 3, Nq, generator=gen, dtype=torch.float64)
+        allowed = ch07.visible_keys(Nq, Nk, causal=causal)
+        s = (q @ k.transpose(-1, -2) / 4.0).masked_fill(~allowed, float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)
+        p = torch.nan_to_num(torch.exp(s - lse[..., None]))
+        o = p @ v
+        hidden = torch.isinf(lse)
+        ((o * do).sum() + (lse.masked_fill(hidden, 0.0) * dlse).sum()).backward()
+        delta, lse2 = ch07.attention_bwd_preprocess_ref(o.detach(), do, lse.detach(), dlse)
+        assert bool((lse2[hidden] == float("inf")).all()) and int(hidden.sum()) == (2 * 3 * (Nq - Nk) if causal else 0)
+        torch.testing.assert_close(lse2[~hidden], lse.detach()[~hidden] / math.log(2.0), rtol=0, atol=1e-12)
+        if causal:
+            continue
+        dk, dv = ch07.attention_dkdv_ref(q.detach(), k.detach(), v.detach(), do, lse2, delta)
+        torch.testing.assert_close(dv, v.grad, rtol=0, atol=1e-12)
+        torch.testing.assert_close(dk, k.grad, rtol=0, atol=1e-12)
+
+
+def test_ex07e_the_wrong_axis_answer_uses_the_statistic_of_the_keys_row_index():
+    stat = torch.arange(1.0, 21.0).reshape(1, 1, 20)  # 20 queries: a block of 16 and a ragged one
+    wrong = ch07._wrong_axis(stat, 18, -1.0)  # [1, 1, 20, 18]
+    assert wrong[0, 0, 3, 5] == stat[0, 0, 5] and wrong[0, 0, 3, 17] == stat[0, 0, 1]  # key 17 is row 1 of its block
+    assert wrong[0, 0, 17, 2] == stat[0, 0, 18] and wrong[0, 0, 17, 9] == -1.0  # query block 2: query 16 + 9 > 19
+
+
+def test_the_backward_launchers_refuse_what_the_kernels_cannot_take():
+    o = torch.randn(1, 2, 20, 16)
+    lse = torch.randn(1, 2, 20)
+    with pytest.raises(ValueError, match="float32"):
+        ch07.launch_attention_bwd_preprocess(preprocess_adds_dlse, o, o, lse.double(), lse)
+    with pytest.raises(ValueError, match=r"\[B, H, Nq\]"):
+        ch07.launch_attention_bwd_preprocess(preprocess_adds_dlse, o, o, lse[:, :1], lse)
+    with pytest.raises(ValueError, match="one layout"):
+        ch07.launch_attention_bwd_preprocess(preprocess_adds_dlse, o, o, lse, torch.randn(1, 2, 30)[..., :20])
+    with pytest.raises(ValueError, match="one head per KV head"):
+        ch07.launch_attention_dkdv(dkdv_forgets_scale, o, o[:, :1], o[:, :1], o, lse, lse)
+    with pytest.raises(TypeError, match="triton.jit"):
+        ch07.launch_attention_dkdv(lambda *a: None, o, o, o, o, lse, lse)
 
 
 def test_top_left_alignment_fails_exactly_where_nq_differs_from_nk():

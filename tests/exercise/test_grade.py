@@ -82,6 +82,18 @@ def test_untouched_kernel_stubs_are_told_by_their_todo_parts():
     assert not grade.is_untouched(stub.replace("# ---- end of TODO ----", "# done", 1), function)  # a part without its end
 
 
+def test_a_todo_part_may_close_the_function():
+    """Exercise 7d's stub ends in its TODO part: the part's end marker is a comment after the
+    function's last statement, and still counts."""
+    stub = shipped("ex07d_attention_bwd_preprocess")
+    function = grade.NOTEBOOKS["ex07d_attention_bwd_preprocess"].function
+    assert stub.rstrip().endswith("# ---- end of TODO ----")
+    assert grade.is_untouched(stub, function)
+    assert grade.is_untouched(stub + "\n\n# a comment of the cell, not of the kernel\n", function)
+    assert not grade.is_untouched(stub.replace("    pass\n", "    delta = 0.0\n"), function)
+    assert not grade.is_untouched(stub.replace("    # ---- end of TODO ----", "    # done"), function)
+
+
 def test_the_shipped_stub_is_read_from_the_committed_notebook(tmp_path):
     """A notebook solved in place: the stub as shipped comes from the newest commit of the notebook
     whose stub cell is untouched; in a folder outside git there is none, and it says so."""

@@ -343,6 +343,49 @@ def sliding_window_attention_kernel(
         m_i = m_new
     tl.store(out_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :], acc / l_i[:, None])
 ''',
+    "ex07d_attention_bwd_preprocess": '''\
+@triton.jit
+def attention_bwd_preprocess_kernel(
+    o_ptr, do_ptr, lse_ptr, dlse_ptr, delta_ptr, lse2_ptr, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+    stride_lh, H, Nq, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, HEAD_DIM)
+    stats = tl.program_id(1) * stride_lh + rows
+    o = tl.load(o_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_om + dims[None, :]).to(tl.float32)
+    do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows[:, None] * stride_dom + dims[None, :]).to(tl.float32)
+    tl.store(delta_ptr + stats, tl.sum(o * do, axis=1) - tl.load(dlse_ptr + stats))
+    tl.store(lse2_ptr + stats, tl.load(lse_ptr + stats) * 1.4426950408889634)
+''',
+    "ex07e_attention_dv_block": '''\
+@triton.jit
+def attention_dkdv_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse2_ptr, delta_ptr, dk_ptr, dv_ptr, stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh,
+    stride_dvn, stride_lh, H, Nq, Nk, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    k = tl.load(k_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]).to(tl.float32)
+    v = tl.load(v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :]).to(tl.float32)
+    dk = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
+    dv = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
+    for start_m in range(0, Nq, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q = tl.load(q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :]).to(tl.float32)
+        do = tl.load(do_ptr + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :]).to(tl.float32)
+        lse2 = tl.load(lse2_ptr + tl.program_id(1) * stride_lh + offs_m)
+        delta = tl.load(delta_ptr + tl.program_id(1) * stride_lh + offs_m)
+        p = tl.exp2(tl.dot(k, tl.trans(q)) * sm_scale * 1.4426950408889634 - lse2[None, :])
+        dv += tl.dot(p, do)
+        dk += tl.dot(p * (tl.dot(v, tl.trans(do)) - delta[None, :]), q)
+    tl.store(dk_ptr + b * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :], dk * sm_scale)
+    tl.store(dv_ptr + b * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :], dv)
+''',
     "ex09a_fused_rope": '''\
 @triton.jit
 def rope_kernel(

@@ -20,6 +20,10 @@ and sorts the key blocks into three classes (:func:`tile_schedule`):
 - **skipped**: it starts at or after ``hi``: no query of the block sees any of its keys, and the
   kernel never loads it.
 
+The backward's dK/dV program walks the same grid the other way: it owns a block of keys and
+visits the query blocks, and :func:`dkdv_bounds` / :func:`dkdv_schedule` are its bounds, mirrored
+(:func:`schedule_text` prints either schedule as a grid of characters).
+
 The tests (``tests/book/test_attention_figures.py``) check this against a brute-force
 per-element mask, against the kernel's own source lines, and against the kernel itself (keys of
 skipped blocks poisoned with NaN do not reach the output).
@@ -98,6 +102,45 @@ def tile_schedule(Nq: int, Nk: int, block_m: int, block_n: int, causal: bool) ->
             row.append(UNMASKED if start < unmasked else MASKED if start < hi else SKIPPED)
         schedule.append(row)
     return schedule
+
+
+def dkdv_bounds(start_n: int, Nq: int, Nk: int, block_m: int, block_n: int, causal: bool) -> tuple[int, int, int]:
+    """``(lo, mid, q_end)`` for the backward's dK/dV program of the key block at ``start_n``, as
+    :func:`tritonforge.ops.attention_backward_kernels._bwd_dkdv_kernel` computes them (``block_n``
+    keys a program, queries walked ``block_m`` at a time): query blocks starting below ``lo`` are
+    skipped (no query there sees the block's first key), those in ``[lo, mid)`` masked (the
+    diagonal crosses them), those in ``[mid, q_end)`` unmasked (every query sees the block's last
+    key)."""
+    causal_shift = Nk - Nq
+    q_end = _cdiv(Nq, block_m) * block_m
+    if causal:
+        lo = min((max(start_n - causal_shift, 0) // block_m) * block_m, q_end)
+        mid = min(_cdiv(max(start_n + block_n - 1 - causal_shift, 0), block_m) * block_m, q_end)
+    else:
+        lo = mid = 0
+    if start_n >= Nk:  # no key of this block exists: nothing to walk
+        lo = mid = q_end
+    return lo, mid, q_end
+
+
+def dkdv_schedule(Nq: int, Nk: int, block_m: int, block_n: int, causal: bool) -> list[list[str]]:
+    """The class of every tile as the backward's dK/dV programs walk them: ``schedule[j][i]`` for
+    key block ``j`` (one program, keys ``j·block_n`` on) and query block ``i`` (a step of its
+    walk, rows ``i·block_m`` on), from :func:`dkdv_bounds`."""
+    _check_sizes(Nq, Nk, block_m, block_n)
+    schedule = []
+    for j in range(_cdiv(Nk, block_n)):
+        lo, mid, _ = dkdv_bounds(j * block_n, Nq, Nk, block_m, block_n, causal)
+        schedule.append([SKIPPED if i * block_m < lo else MASKED if i * block_m < mid else UNMASKED for i in range(_cdiv(Nq, block_m))])
+    return schedule
+
+
+def schedule_text(schedule: Sequence[Sequence[str]], *, label: str = "") -> str:
+    """A schedule as text, one line per row of tiles: ``#`` unmasked, ``m`` masked, ``.`` skipped
+    (never loaded); each line starts with ``label`` and the row's number."""
+    marks = {UNMASKED: "#", MASKED: "m", SKIPPED: "."}
+    width = len(str(len(schedule) - 1))
+    return "\n".join(f"{label}{i:>{width}}  " + "".join(marks[c] for c in row) for i, row in enumerate(schedule))
 
 
 def schedule_counts(schedule: Sequence[Sequence[str]]) -> dict[str, int]:

@@ -1,5 +1,7 @@
 r"""Exercises 7a, 7b and 7c (chapter 7): three variants of the FlashAttention-2 forward, each a change
 to the plain kernel the notebook hands over: logit soft-capping, an ALiBi bias, a sliding window.
+Exercises 7d and 7e (chapter 7b): the FlashAttention-2 backward's preprocess (δ and lse2 per query
+row) and its dK/dV loop for one head, not causal (their section at the end of this module).
 
 Every exercise computes, for each batch ``b`` and head ``h``, with :math:`\tau = 1/\sqrt{D}`,
 
@@ -37,16 +39,20 @@ from tritonforge._triton import triton
 from tritonforge.exercise.core import (
     Case,
     CaseTemplate,
+    Guarded,
     Trial,
     Verdict,
     compare_tensors,
     dtype_name,
+    guarded,
     guarded_heads,
     head_rows_map,
+    kernel_device,
     largest_difference,
     matches,
     require_heads,
     require_kernel,
+    run_guarded,
     run_one_output,
     with_picture,
 )
@@ -58,14 +64,22 @@ __all__ = [
     "alibi_attention_ref",
     "alibi_slopes",
     "attention_alibi_cases",
+    "attention_bwd_preprocess_cases",
+    "attention_bwd_preprocess_ref",
+    "attention_dkdv_cases",
+    "attention_dkdv_ref",
     "attention_softcap_cases",
     "launch_attention_alibi",
+    "launch_attention_bwd_preprocess",
+    "launch_attention_dkdv",
     "launch_attention_softcap",
     "launch_sliding_window_attention",
     "sliding_window_attention_cases",
     "sliding_window_attention_ref",
     "softcap_attention_ref",
     "try_attention_alibi",
+    "try_attention_bwd_preprocess",
+    "try_attention_dkdv",
     "try_attention_softcap",
     "try_sliding_window_attention",
     "visible_keys",
@@ -166,7 +180,7 @@ def sliding_window_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
 def _require_heads(**tensors: torch.Tensor) -> None:
     require_heads(**tensors)
-    D = tensors["q"].shape[3]
+    D = next(iter(tensors.values())).shape[3]
     if D not in HEAD_DIMS:
         raise ValueError(f"head dimension {D}: the launchers take {HEAD_DIMS} (tl.arange and tl.dot need a power of two ≥ 16)")
 
@@ -592,3 +606,512 @@ def sliding_window_attention_cases() -> list[Case]:
 def try_sliding_window_attention(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> Trial:
     """Exercise 7c's "try it": as 7a's, against causal attention within ``window`` keys in float64."""
     return _trial(kernel, WINDOW, q, k, v, "sliding_window_attention_kernel", window=window)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercises 7d and 7e (chapter 7b): the FlashAttention-2 backward's preprocess and its dK/dV loop
+# ----------------------------------------------------------------------------------------------
+
+LOG2E = math.log2(math.e)
+"""``log2(e)``: the backward kernels keep the logsumexp in base-2 units, ``lse2 = lse · log2(e)``."""
+
+INF = float("inf")
+
+STAT_PAD = ATTENTION_BLOCK_M + 2
+"""NaN entries between the heads' rows of a ``[B, H, Nq]`` statistic (lse, dlse, δ, lse2): a load
+or store past a head's last query without a mask lands there, not in the next head's rows."""
+
+
+def attention_bwd_preprocess_ref(o: torch.Tensor, do: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exercise 7d's answer in float64: ``(δ, lse2)`` with ``δ = Σ_d dO·O − dlse`` per query row
+    and ``lse2 = lse · log2(e)``, ``+inf`` where ``lse = −inf`` (a query that sees no key: then
+    ``P = 2^(s − lse2) = 0``)."""
+    delta = (o.double().cpu() * do.double().cpu()).sum(-1) - dlse.double().cpu()
+    lse64 = lse.double().cpu()
+    return delta, torch.where(torch.isneginf(lse64), INF, lse64 * LOG2E)
+
+
+def attention_dkdv_ref(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, lse2: torch.Tensor, delta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exercise 7e's answer in float64, not causal, from the kernel's inputs: with
+    ``c = 1/√D``, ``P = 2^(c·log2(e)·q kᵀ − lse2)`` (the forward's probabilities when ``lse2`` is
+    its logsumexp in base 2), ``dv = Pᵀ dO``, ``dP = dO vᵀ``, ``dS = P ⊙ (dP − δ)``,
+    ``dk = c · dSᵀ q``. Returns ``(dk, dv)``, ``[B, H, Nk, D]`` each."""
+    return _dkdv(*(t.double().cpu() for t in (q, k, v, do)), lse2.double().cpu()[..., None], delta.double().cpu()[..., None])
+
+
+def _dkdv(q, k, v, do, lse2, delta, *, exp2: bool = True, scale: Optional[float] = None, use_delta: bool = True, dk_from_p: bool = False):
+    """dk, dv of the formula with per-(query, key) statistics ``lse2`` and ``delta``
+    (``[..., Nq, 1]`` for the right answer, ``[..., Nq, Nk]`` to build a wrong one) and the knobs
+    that build the known wrong answers."""
+    c = q.shape[-1] ** -0.5
+    s = q @ k.transpose(-1, -2) * (c * LOG2E) - lse2
+    p = torch.exp2(s) if exp2 else torch.exp(s)
+    dp = do @ v.transpose(-1, -2)
+    ds = p * (dp - delta) if use_delta else p * dp
+    dv = p.transpose(-1, -2) @ do
+    dk = (p if dk_from_p else ds).transpose(-1, -2) @ q * (c if scale is None else scale)
+    return dk, dv
+
+
+def _wrong_axis(stat: torch.Tensor, Nk: int, other: float) -> torch.Tensor:
+    """``[B, H, Nq]`` → ``[B, H, Nq, Nk]``: the statistic a dK/dV program uses for (query i, key j)
+    when it broadcasts it along the keys of its transposed tile (``stat[:, None]`` where
+    ``stat[None, :]`` is right): the entry of query ``16·(i // 16) + j % 16``, ``other`` past Nq."""
+    Nq = stat.shape[-1]
+    block = ATTENTION_BLOCK_M
+    padded = torch.nn.functional.pad(stat, (0, block), value=other)
+    index = (torch.arange(Nq)[:, None] // block) * block + torch.arange(Nk)[None, :] % block  # [Nq, Nk]
+    return padded[..., index]
+
+
+def _stat_stride(B: int, H: int, Nq: int, **stats: torch.Tensor) -> int:
+    """The one stride ``s`` of the ``[B, H, Nq]`` statistics: head ``b·H + h`` starts at
+    ``(b·H + h)·s``; ``ValueError`` naming the tensor otherwise."""
+    found = set()
+    for name, t in stats.items():
+        if tuple(t.shape) != (B, H, Nq):
+            raise ValueError(f"{name} must be [B, H, Nq] = {[B, H, Nq]}, got {list(t.shape)}")
+        if t.dtype != torch.float32:
+            raise ValueError(f"{name} must be float32 (the backward's statistics are), got {dtype_name(t.dtype)}")
+        s = t.stride(1) if H > 1 else (t.stride(0) if B > 1 else max(Nq, 1))
+        if (Nq > 1 and t.stride(2) != 1) or (B > 1 and t.stride(0) != H * s) or s < Nq:
+            raise ValueError(f"{name}: the rows of head b·H + h must start at (b·H + h)·s with unit stride along Nq")
+        found.add(s)
+    if len(found) != 1:
+        raise ValueError(f"the [B, H, Nq] statistics must share one layout (head strides {sorted(found)})")
+    return found.pop()
+
+
+def _stat_guard(values: torch.Tensor, pad: int = STAT_PAD, fill: float = float("nan")) -> Guarded:
+    """``values [B, H, Nq]`` in a buffer of ``fill`` (NaN unless a case needs a value a wrong read
+    cannot hide), ``pad`` entries of it after each head's row."""
+    B, H, Nq = values.shape
+    S = Nq + pad
+    return guarded(values, (H * S, S, 1), margin=(0, 0, pad), device=kernel_device(), fill=fill)
+
+
+def _stat_picture(pairs, rtol: float, name: str) -> str:
+    """:func:`head_rows_map` of ``[B, H, N]`` or ``[B, H, N, D]`` outputs; a ``+inf`` that is right
+    is drawn right (the map's tolerance scales with the largest finite value)."""
+    shown = []
+    for out, expected in pairs:
+        o, e = out.detach().double().cpu(), expected.double().cpu()
+        if o.dim() == 3:
+            o, e = o[..., None], e[..., None]
+        same_inf = torch.isinf(e) & (o == e)
+        shown.append((torch.where(same_inf, 0.0, o), torch.where(torch.isinf(e), 0.0, e)))
+    return head_rows_map(shown, rtol=rtol, name=name, width=48)
+
+
+# ---- Exercise 7d: δ and lse2 -------------------------------------------------------------------
+
+
+def launch_attention_bwd_preprocess(kernel, o, do, lse, dlse, delta: Optional[torch.Tensor] = None, lse2: Optional[torch.Tensor] = None):
+    """The given launcher of exercise 7d: ``o``, ``do [B, H, Nq, D]`` (any strides, unit along
+    ``D``), ``lse``, ``dlse`` float32 ``[B, H, Nq]``; grid ``(cdiv(Nq, 16), B·H)``; the kernel gets
+    the six pointers (``delta`` and ``lse2``, float32 ``[B, H, Nq]``, last), three strides of ``o``
+    and of ``do`` (batch, head, row), ``stride_lh`` (head ``b·H + h``'s row of each statistic
+    starts at ``(b·H + h)·stride_lh``), ``H, Nq``, and ``HEAD_DIM = D, BLOCK_M = 16``. Returns
+    ``(delta, lse2)`` (new unless given)."""
+    require_kernel(kernel)
+    _require_heads(o=o, do=do)
+    if tuple(o.shape) != tuple(do.shape):
+        raise ValueError(f"o and do must have one shape, got {list(o.shape)} and {list(do.shape)}")
+    B, H, Nq, D = o.shape
+    if delta is None:
+        delta = torch.empty((B, H, Nq), dtype=torch.float32, device=o.device)
+    if lse2 is None:
+        lse2 = torch.empty((B, H, Nq), dtype=torch.float32, device=o.device)
+    stride_lh = _stat_stride(B, H, Nq, lse=lse, dlse=dlse, delta=delta, lse2=lse2)
+    grid = (triton.cdiv(Nq, ATTENTION_BLOCK_M), B * H)
+    kernel[grid](
+        o, do, lse, dlse, delta, lse2,
+        o.stride(0), o.stride(1), o.stride(2),
+        do.stride(0), do.stride(1), do.stride(2),
+        stride_lh, H, Nq,
+        HEAD_DIM=D, BLOCK_M=ATTENTION_BLOCK_M,
+    )  # fmt: skip
+    return delta, lse2
+
+
+@dataclasses.dataclass(frozen=True)
+class _BwdSpec:
+    """One backward case: the forward's inputs (``Nq`` queries against ``Nk`` keys, causal or not),
+    ``dO`` and ``dlse`` random; q, k, v, O and dO in ``dtype`` and ``layout``."""
+
+    B: int
+    H: int
+    Nq: int
+    Nk: int
+    D: int = 16
+    dtype: torch.dtype = torch.float32
+    layout: str = "bhnd"
+    causal: bool = False  # with Nq > Nk the first Nq − Nk queries see no key: O = 0, lse = −inf
+    do_layout: Optional[str] = None  # dO's own layout (default: layout)
+
+
+def _forward64(q, k, v, causal: bool):
+    """O and lse of (bottom-right causal) attention in float64: O = 0 and lse = −inf for a query
+    that sees no key."""
+    allowed = visible_keys(q.shape[2], k.shape[2], causal=causal)
+    s = (q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[3])).masked_fill(~allowed, NEG_INF)
+    lse = torch.logsumexp(s, dim=-1)
+    seen = torch.isfinite(lse)[..., None]
+    p = torch.where(seen, torch.exp(s - torch.where(seen, lse[..., None], 0.0)), 0.0)
+    return p @ v.double(), lse
+
+
+def _backward_tensors(spec: _BwdSpec, gen: torch.Generator) -> dict:
+    """Fresh q, k, v, dO in the spec's dtype, the forward's O (rounded to it) and float32 lse, a
+    float32 dlse, and the statistics the dK/dV kernel reads: lse2 and δ (float32)."""
+    B, H, Nq, Nk, D = spec.B, spec.H, spec.Nq, spec.Nk, spec.D
+    q, k, v, do = (torch.randn(B, H, n, D, generator=gen).to(spec.dtype) for n in (Nq, Nk, Nk, Nq))
+    o, lse = _forward64(q, k, v, spec.causal)
+    dlse = torch.randn(B, H, Nq, generator=gen).float()
+    o = o.to(spec.dtype)
+    delta, lse2 = attention_bwd_preprocess_ref(o, do, lse.float(), dlse)
+    return {"q": q, "k": k, "v": v, "do": do, "o": o, "lse": lse.float(), "dlse": dlse, "delta": delta.float(), "lse2": lse2.float()}
+
+
+def _preprocess_inputs(o, do, lse, dlse, layout: str, do_layout: Optional[str] = None) -> dict:
+    return {
+        "o": guarded_heads(o, layout, pad=KEY_PAD),
+        "do": guarded_heads(do, do_layout or layout, pad=KEY_PAD),
+        # 0 around lse, not NaN: an unmasked row past Nq then stores lse2 = 0 where no output
+        # lies, which shows (a stored NaN would not: the margins are NaN)
+        "lse": _stat_guard(lse.float(), fill=0.0),
+        "dlse": _stat_guard(dlse.float()),
+    }
+
+
+def _preprocess_run(fn, inp: dict) -> dict:
+    o = inp["o"].view
+    B, H, Nq, _ = o.shape
+    delta, lse2 = (_stat_guard(torch.full((B, H, Nq), float("nan"))) for _ in range(2))
+    _, inputs_changed = run_guarded(launch_attention_bwd_preprocess, fn, (inp["o"], inp["do"], inp["lse"], inp["dlse"]), (delta, lse2))
+    return {
+        "delta": delta.view,
+        "lse2": lse2.view,
+        "outside": {"delta": delta.outside_written(), "lse2": lse2.outside_written()},
+        "inputs_changed": inputs_changed,
+        "guards": (delta, lse2),
+    }
+
+
+def _preprocess_expected(inp: dict) -> dict:
+    delta, lse2 = attention_bwd_preprocess_ref(inp["o"].view, inp["do"].view, inp["lse"].view, inp["dlse"].view)
+    return {"delta": delta, "lse2": lse2}
+
+
+PREPROCESS_RTOL = TOLERANCE[torch.float32]
+"""δ and lse2 are float32 whatever the dtype of O and dO: a kernel that sums in float32 is that close."""
+
+DELTA_HINT = "δ = Σ_d dO·O − dlse for each query row: load both tiles as float32 (rows past Nq masked), multiply, sum over axis 1"
+LSE2_HINT = "lse2 = lse · log2(e), and +inf where lse = −inf"
+
+
+def _delta_hint(got: torch.Tensor, inp: dict, rtol: float) -> str:
+    o, do, dlse = inp["o"].view, inp["do"].view, inp["dlse"].view.double().cpu()
+    rowsum = (o.double().cpu() * do.double().cpu()).sum(-1)
+    known = [
+        (rowsum, "δ = rowsum(dO ⊙ O) misses − dlse: the logsumexp's gradient adds P ⊙ dlse to dS, which is − dlse in δ"),
+        (rowsum + dlse, "δ has + dlse where it needs − dlse: dS = P ⊙ (dP − rowsum(dO ⊙ O) + dlse) = P ⊙ (dP − δ)"),
+        (dlse - rowsum, "δ has the wrong sign: δ = rowsum(dO ⊙ O) − dlse"),
+    ]
+    for candidate, hint in known:
+        if matches(got, candidate, rtol):
+            return hint
+    return DELTA_HINT
+
+
+def _lse2_hint(got: torch.Tensor, inp: dict, rtol: float) -> str:
+    lse = inp["lse"].view.double().cpu()
+    finite = torch.isfinite(lse)
+    g = got.detach().double().cpu()
+    for candidate, hint in (
+        (lse, "lse2 = lse: the kernels compute P with exp2 (one instruction on a GPU), so the logsumexp goes to base 2, lse2 = lse · log2(e)"),
+        (lse * math.log(2.0), "lse2 = lse · ln 2: to base 2 multiply by log2(e) = 1/ln 2, not by ln 2"),
+    ):
+        if matches(g[finite], candidate[finite], rtol):
+            return hint
+    return LSE2_HINT
+
+
+def _compare_preprocess(got: dict, expected: dict, inp: dict) -> Verdict:
+    rtol = PREPROCESS_RTOL
+    problems, errors = [], []
+    delta = compare_tensors(
+        {"out": got["delta"], "outside": got["outside"]["delta"], "inputs_changed": got["inputs_changed"]}, expected["delta"], rtol=rtol
+    )
+    if delta.error is not None:
+        errors.append(delta.error)
+    if not delta.passed:
+        hint = f". {_delta_hint(got['delta'], inp, rtol)}" if "wrong values" in delta.detail else ""
+        problems.append(f"delta: {delta.detail}{hint}")
+    lse2, want = got["lse2"].detach().double().cpu(), expected["lse2"]
+    empty = torch.isposinf(want)
+    wrong_empty = empty & ~torch.isnan(lse2) & (lse2 != INF)
+    if bool(wrong_empty.any()):
+        value = lse2[wrong_empty][0].item()
+        problems.append(
+            f"lse2: {int(wrong_empty.sum())} row(s) whose query sees no key (lse = −inf) hold {value:g}, expected +inf: "
+            "then P = 2^(s − lse2) is 0 there, where −inf would make it inf"
+        )
+        errors.append(INF)
+    shown = torch.where(empty & ~torch.isnan(lse2), 0.0, lse2)
+    finite = compare_tensors({"out": shown, "outside": got["outside"]["lse2"]}, torch.where(empty, 0.0, want), rtol=rtol)
+    if finite.error is not None:
+        errors.append(finite.error)
+    if not finite.passed:
+        hint = f". {_lse2_hint(lse2, inp, rtol)}" if "wrong values" in finite.detail else ""
+        problems.append(f"lse2: {finite.detail}{hint}")
+    numbers = [e for e in errors if not math.isnan(e)]
+    error = max(numbers) if numbers else (float("nan") if errors else None)
+    verdict = Verdict(not problems, error, "; ".join(problems))
+    pairs = [(got["delta"], expected["delta"]), (got["lse2"], expected["lse2"])]
+    return with_picture(verdict, lambda: _stat_picture(pairs, rtol, "query rows by (batch, head): δ, then lse2"), *got["guards"])
+
+
+PREPROCESS = CaseTemplate(_preprocess_run, _preprocess_expected, _compare_preprocess)
+
+
+def _preprocess_case(name: str, spec: _BwdSpec) -> Case:
+    def inputs(gen):
+        t = _backward_tensors(spec, gen)
+        return _preprocess_inputs(t["o"], t["do"], t["lse"], t["dlse"], spec.layout, spec.do_layout)
+
+    return PREPROCESS.case(name, inputs, dtype=spec.dtype)
+
+
+def attention_bwd_preprocess_cases() -> list[Case]:
+    return [
+        _preprocess_case("float32 B=1 H=2, Nq=64, D=16: whole blocks", _BwdSpec(1, 2, 64, 48)),
+        _preprocess_case("ragged rows: Nq=37, B=2 H=3, D=32", _BwdSpec(2, 3, 37, 50, 32)),
+        _preprocess_case("one query (decode), H=4, D=64", _BwdSpec(1, 4, 1, 77, 64)),
+        _preprocess_case("causal Nq=40 > Nk=24: 16 queries see no key (lse = −inf)", _BwdSpec(1, 2, 40, 24, causal=True)),
+        _preprocess_case("[B, N, H, D] storage, B=2 H=2, Nq=50", _BwdSpec(2, 2, 50, 50, layout="bnhd")),
+        _preprocess_case("dO in [B, N, H, D] storage, O not: Nq=29", _BwdSpec(1, 3, 29, 40, do_layout="bnhd")),
+        _preprocess_case("float16 O and dO, Nq=45, D=32", _BwdSpec(1, 2, 45, 60, 32, dtype=torch.float16)),
+        _preprocess_case("bfloat16 O and dO, causal Nq=33 > Nk=20", _BwdSpec(2, 1, 33, 20, dtype=torch.bfloat16, causal=True)),
+    ]
+
+
+def try_attention_bwd_preprocess(kernel, o: torch.Tensor, do: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor) -> Trial:
+    """Exercise 7d's "try it": the kernel on copies of ``o``, ``do [B, H, Nq, D]``, ``lse`` and
+    ``dlse [B, H, Nq]`` in NaN-padded buffers, δ and lse2 poisoned with NaN; shows the largest
+    difference of each from the float64 formula, a picture of which query rows are right, and
+    the verdict."""
+    inputs = _preprocess_inputs(*(t.detach().cpu() for t in (o, do, lse, dlse)), "bhnd")
+
+    def show(got, expected):
+        lse2, want = got["lse2"].detach().double().cpu(), expected["lse2"]
+        right_inf = torch.isinf(want) & (lse2 == want)  # +inf where it belongs: no difference
+        pairs = [(got["delta"], expected["delta"]), (got["lse2"], expected["lse2"])]
+        return [
+            ("inputs:", f"O and dO {list(inputs['o'].view.shape)} {dtype_name(inputs['o'].view.dtype)}"),
+            ("max |δ − formula|:", largest_difference(got["delta"], expected["delta"])),
+            ("max |lse2 − formula|:", largest_difference(torch.where(right_inf, 0.0, lse2), torch.where(right_inf, 0.0, want))),
+            ("picture:", _stat_picture(pairs, PREPROCESS_RTOL, "query rows: δ, then lse2")),
+        ]
+
+    return PREPROCESS.trial(kernel, inputs, title="attention_bwd_preprocess_kernel", show=show)
+
+
+# ---- Exercise 7e: dk and dv of a block of keys --------------------------------------------------
+
+
+def launch_attention_dkdv(kernel, q, k, v, do, lse2, delta, dk: Optional[torch.Tensor] = None, dv: Optional[torch.Tensor] = None):
+    """The given launcher of exercise 7e: ``q``, ``do [B, H, Nq, D]``, ``k``, ``v [B, H, Nk, D]``
+    (any strides, unit along ``D``), ``lse2`` and ``delta`` float32 ``[B, H, Nq]`` (exercise 7d's
+    outputs); grid ``(cdiv(Nk, 16), B·H)``, program ``(j, b·H + h)`` owning keys ``16·j …`` of one
+    head; the kernel gets the eight pointers (``dk`` and ``dv`` last), three strides of ``q``,
+    ``k``, ``v``, ``do``, ``dk`` and ``dv`` (batch, head, row), ``stride_lh`` (as in 7d),
+    ``H, Nq, Nk``, ``sm_scale = 1/√D``, and ``HEAD_DIM = D, BLOCK_M = BLOCK_N = 16``. Returns
+    ``(dk, dv)`` (new, in k's dtype, unless given)."""
+    require_kernel(kernel)
+    if dk is None:
+        dk = torch.empty(tuple(k.shape), dtype=k.dtype, device=k.device)
+    if dv is None:
+        dv = torch.empty(tuple(v.shape), dtype=v.dtype, device=v.device)
+    _require_heads(q=q, k=k, v=v, do=do, dk=dk, dv=dv)
+    B, H, Nq, D = q.shape
+    Nk = k.shape[2]
+    for name, t, n in (("do", do, Nq), ("k", k, Nk), ("v", v, Nk), ("dk", dk, Nk), ("dv", dv, Nk)):
+        if tuple(t.shape) != (B, H, n, D):
+            raise ValueError(f"{name} must be {[B, H, n, D]} (this exercise has one head per KV head), got {list(t.shape)}")
+    stride_lh = _stat_stride(B, H, Nq, lse2=lse2, delta=delta)
+    grid = (triton.cdiv(Nk, ATTENTION_BLOCK_N), B * H)
+    kernel[grid](
+        q, k, v, do, lse2, delta, dk, dv,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        do.stride(0), do.stride(1), do.stride(2),
+        dk.stride(0), dk.stride(1), dk.stride(2),
+        dv.stride(0), dv.stride(1), dv.stride(2),
+        stride_lh, H, Nq, Nk,
+        1.0 / math.sqrt(D),
+        HEAD_DIM=D, BLOCK_M=ATTENTION_BLOCK_M, BLOCK_N=ATTENTION_BLOCK_N,
+    )  # fmt: skip
+    return dk, dv
+
+
+def _dkdv_inputs(q, k, v, do, lse2, delta, layout: str) -> dict:
+    return {
+        "q": guarded_heads(q, layout, pad=KEY_PAD),
+        "k": guarded_heads(k, layout, pad=KEY_PAD),
+        "v": guarded_heads(v, layout, pad=KEY_PAD),
+        "do": guarded_heads(do, layout, pad=KEY_PAD),
+        "lse2": _stat_guard(lse2.float()),
+        "delta": _stat_guard(delta.float()),
+        "layout": layout,
+    }
+
+
+def _dkdv_run(fn, inp: dict) -> dict:
+    k = inp["k"].view
+    dk, dv = (guarded_heads(torch.full(tuple(k.shape), float("nan"), dtype=k.dtype), inp["layout"], pad=KEY_PAD) for _ in range(2))
+    names = ("q", "k", "v", "do", "lse2", "delta")
+    _, inputs_changed = run_guarded(launch_attention_dkdv, fn, tuple(inp[n] for n in names), (dk, dv))
+    return {
+        "dk": dk.view,
+        "dv": dv.view,
+        "outside": {"dk": dk.outside_written(), "dv": dv.outside_written()},
+        "inputs_changed": inputs_changed,
+        "guards": (dk, dv),
+    }
+
+
+def _dkdv_expected(inp: dict) -> dict:
+    dk, dv = attention_dkdv_ref(*(inp[n].view for n in ("q", "k", "v", "do", "lse2", "delta")))
+    return {"dk": dk, "dv": dv}
+
+
+DKDV_HINT = (
+    "in the transposed tile (keys × queries): s = k qᵀ · qk_scale, P = exp2(s − lse2[None, :]), dv += P dO, dP = v dOᵀ, "
+    "dS = P ⊙ (dP − δ[None, :]), dk += dS q; after the loop dk *= sm_scale"
+)
+
+
+def _dkdv_candidates(inp: dict) -> list[tuple[str, tuple[torch.Tensor, torch.Tensor]]]:
+    """The known wrong answers, each ``(what went wrong, (dk, dv))`` in float64."""
+    q, k, v, do = (inp[n].view.double().cpu() for n in ("q", "k", "v", "do"))
+    lse2, delta = (inp[n].view.double().cpu() for n in ("lse2", "delta"))
+    Nk = k.shape[2]
+    c = q.shape[-1] ** -0.5
+    right = (lse2[..., None], delta[..., None])
+    return [
+        (
+            "P from exp where it needs exp2: lse2 and s · qk_scale are in base-2 units (qk_scale = sm_scale · log2(e)), "
+            "so P = exp2(s · qk_scale − lse2)",
+            _dkdv(q, k, v, do, *right, exp2=False),
+        ),
+        ("dk misses the factor sm_scale: S = sm_scale · q kᵀ, so dk = sm_scale · dSᵀ q", _dkdv(q, k, v, do, *right, scale=1.0)),
+        (
+            "dk scaled by qk_scale: log2(e) belongs in the exponent only; dk = sm_scale · dSᵀ q",
+            _dkdv(q, k, v, do, *right, scale=c * LOG2E),
+        ),
+        ("dS misses − δ: dS = P ⊙ (dP − δ), δ = rowsum(dO ⊙ O) − dlse", _dkdv(q, k, v, do, *right, use_delta=False)),
+        ("dk from P where it needs dS: dk = sm_scale · dSᵀ q", _dkdv(q, k, v, do, *right, dk_from_p=True)),
+        (
+            "δ broadcast along the wrong axis: the tile is keys × queries, so δ of query i is δ[None, :], a row, not δ[:, None]",
+            _dkdv(q, k, v, do, right[0], _wrong_axis(delta, Nk, 0.0)),
+        ),
+        (
+            "lse2 broadcast along the wrong axis: the tile is keys × queries, so lse2 of query i is lse2[None, :], a row, not lse2[:, None]",
+            _dkdv(q, k, v, do, _wrong_axis(lse2, Nk, INF), right[1]),
+        ),
+    ]
+
+
+def _dkdv_hint(name: str, got: torch.Tensor, inp: dict, rtol: float, candidates) -> str:
+    """The known mistake ``got`` matches, or "" (the verdict then ends with :data:`DKDV_HINT`, once)."""
+    if not bool(got.detach().double().cpu().any()):
+        return "all zeros: nothing was added to it in the loop (are the TODO parts still `pass`?)"
+    index = 0 if name == "dk" else 1
+    for text, answer in candidates:
+        if matches(got, answer[index], rtol):
+            return text
+    return ""
+
+
+def _compare_dkdv(got: dict, expected: dict, inp: dict) -> Verdict:
+    rtol = TOLERANCE[inp["k"].view.dtype]
+    problems, errors, candidates, unnamed = [], [], None, False
+    for i, name in enumerate(("dk", "dv")):
+        verdict = compare_tensors(
+            {"out": got[name], "outside": got["outside"][name], "inputs_changed": got["inputs_changed"] and i == 0}, expected[name], rtol=rtol
+        )
+        if verdict.error is not None:
+            errors.append(verdict.error)
+        if verdict.passed:
+            continue
+        detail = verdict.detail
+        if "wrong values" in detail:
+            candidates = candidates if candidates is not None else _dkdv_candidates(inp)
+            hint = _dkdv_hint(name, got[name], inp, rtol, candidates)
+            detail += f". {hint}" if hint else ""
+            unnamed = unnamed or not hint
+        elif "NaN" in detail and inp["q"].view.shape[2] % ATTENTION_BLOCK_M:
+            detail += (
+                ". The last block of queries runs past Nq, and the rows there hold NaN in this check: load q and dO with "
+                "the mask offs_m < Nq (other = 0), lse2 with other = +inf (P = 0 there)"
+            )
+        problems.append(f"{name}: {detail}")
+    if unnamed:
+        problems.append(DKDV_HINT)
+    finite = [e for e in errors if not math.isnan(e)]
+    error = max(finite) if finite else (float("nan") if errors else None)
+    verdict = Verdict(not problems, error, "; ".join(problems))
+    pairs = [(got["dk"], expected["dk"]), (got["dv"], expected["dv"])]
+    return with_picture(verdict, lambda: head_rows_map(pairs, rtol=rtol, name="key rows by (batch, head): dk, then dv", width=48), *got["guards"])
+
+
+DKDV = CaseTemplate(_dkdv_run, _dkdv_expected, _compare_dkdv)
+
+
+def _dkdv_case(name: str, spec: _BwdSpec) -> Case:
+    def inputs(gen):
+        t = _backward_tensors(spec, gen)
+        return _dkdv_inputs(t["q"], t["k"], t["v"], t["do"], t["lse2"], t["delta"], spec.layout)
+
+    return DKDV.case(name, inputs, dtype=spec.dtype)
+
+
+def attention_dkdv_cases() -> list[Case]:
+    return [
+        _dkdv_case("float32 B=1 H=2, Nq=Nk=64, D=16: whole blocks", _BwdSpec(1, 2, 64, 64)),
+        _dkdv_case("ragged: Nq=37, Nk=50, B=2 H=3, D=32", _BwdSpec(2, 3, 37, 50, 32)),
+        _dkdv_case("one query (decode), Nk=77, H=2", _BwdSpec(1, 2, 1, 77)),
+        _dkdv_case("Nk=17: one key past a block, Nq=40", _BwdSpec(1, 2, 40, 17)),
+        _dkdv_case("Nq=100 > Nk=29, D=64", _BwdSpec(1, 1, 100, 29, 64)),
+        _dkdv_case("[B, N, H, D] storage, B=2 H=2, Nq=45, Nk=45", _BwdSpec(2, 2, 45, 45, layout="bnhd")),
+        _dkdv_case("float16, Nq=40, Nk=70", _BwdSpec(1, 2, 40, 70, dtype=torch.float16)),
+        _dkdv_case("bfloat16, Nq=33, Nk=60", _BwdSpec(1, 2, 33, 60, dtype=torch.bfloat16)),
+    ]
+
+
+def try_attention_dkdv(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor) -> Trial:
+    """Exercise 7e's "try it": the forward's lse2 and δ (no gradient of lse) computed in float64
+    from ``q, k, v`` and ``do``, then the kernel on copies of all six in NaN-padded buffers,
+    ``dk`` and ``dv`` poisoned with NaN; shows the largest difference of each from the float64
+    answer (autograd's, for a loss ``Σ O ⊙ dO``), a picture of which key rows are right, and the
+    verdict."""
+    q, k, v, do = (t.detach().cpu() for t in (q, k, v, do))
+    o, lse = _forward64(q, k, v, False)
+    delta, lse2 = attention_bwd_preprocess_ref(o.to(q.dtype), do, lse.float(), torch.zeros(lse.shape))
+    inputs = _dkdv_inputs(q, k, v, do, lse2, delta, "bhnd")
+    rtol = TOLERANCE[k.dtype]
+
+    def show(got, expected):
+        pairs = [(got["dk"], expected["dk"]), (got["dv"], expected["dv"])]
+        return [
+            ("inputs:", _shape_text(inputs["q"].view, inputs["k"].view)),
+            ("max |dk − reference|:", largest_difference(got["dk"], expected["dk"])),
+            ("max |dv − reference|:", largest_difference(got["dv"], expected["dv"])),
+            ("picture:", head_rows_map(pairs, rtol=rtol, name="key rows: dk, then dv", width=48)),
+        ]
+
+    return DKDV.trial(kernel, inputs, title="attention_dkdv_kernel", show=show)

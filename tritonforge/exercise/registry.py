@@ -278,6 +278,26 @@ REGISTRY: tuple[Exercise, ...] = (
         ),
     ),
     Exercise(
+        "attention_bwd_preprocess", "ex07d_attention_bwd_preprocess", "attention_bwd_preprocess_kernel", ch07.attention_bwd_preprocess_ref,
+        "the learner's ``attention_bwd_preprocess_kernel`` against the backward's row statistics in float64: δ = rowsum(dO ⊙ O) − dlse "
+        "and lse2 = lse · log2(e), +inf for queries that see no key; ragged rows, one query, O and dO in different layouts, float16, "
+        "bfloat16.",
+        (
+            "preprocess_forgets_dlse", "preprocess_adds_dlse", "preprocess_lse_in_natural_units", "preprocess_lse_times_ln2",
+            "preprocess_empty_rows_minus_inf", "preprocess_no_row_mask",
+        ),
+    ),
+    Exercise(
+        "attention_dkdv", "ex07e_attention_dv_block", "attention_dkdv_kernel", ch07.attention_dkdv_ref,
+        "the learner's ``attention_dkdv_kernel`` (a program per block of 16 keys, the queries walked in blocks of 16, not causal) "
+        "against dk and dv in float64 from the same lse2 and δ: ragged queries and keys, one query, one key past a block, "
+        "Nq > Nk, a [B, N, H, D] layout, float16, bfloat16.",
+        (
+            "dkdv_exp_not_exp2", "dkdv_forgets_scale", "dkdv_dk_scaled_by_qk_scale", "dkdv_forgets_delta", "dkdv_delta_on_wrong_axis",
+            "dkdv_dk_from_p", "dkdv_query_tail_unmasked", "dkdv_unmasked_store",
+        ),
+    ),
+    Exercise(
         "scaled_residual_add", "ex08a_register_an_op", "register_scaled_residual_add", ch08.scaled_residual_add_ref,
         "``fn(op_name, launch)`` registers a routed ``scaled_residual_add``.",
         (

@@ -80,11 +80,26 @@ def _is_placeholder(stmt: ast.stmt) -> bool:
     return False
 
 
+def _last_line(definition: ast.FunctionDef, lines: list[str]) -> int:
+    """The function's last line, the comments after its last statement included (the syntax tree
+    ends at the statement: a ``TODO`` part that closes the function ends in a comment after it)."""
+    indent = len(lines[definition.lineno - 1]) - len(lines[definition.lineno - 1].lstrip())
+    last = definition.end_lineno
+    for number in range(definition.end_lineno + 1, len(lines) + 1):
+        text = lines[number - 1]
+        if not text.strip():
+            continue
+        if not text.lstrip().startswith("#") or len(text) - len(text.lstrip()) <= indent:
+            break
+        last = number
+    return last
+
+
 def _todo_parts_untouched(definition: ast.FunctionDef, lines: list[str]) -> bool:
     """True if the function holds at least one ``TODO`` part and every statement in every part is
     still ``pass`` (comments, blank lines and layout aside)."""
     parts, start = [], None
-    for number in range(definition.lineno, definition.end_lineno + 1):
+    for number in range(definition.lineno, _last_line(definition, lines) + 1):
         text = lines[number - 1].strip()
         opens, closes = text.startswith(TODO_START), text.startswith(TODO_END)
         if not (opens or closes):
