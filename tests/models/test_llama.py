@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tritonforge as tfg
-from tritonforge.models.llama import KVCache, Llama, LlamaConfig, generate
+from tritonforge.models.llama import KVCache, Llama, LlamaConfig, generate, greedy_steps
 from tritonforge.ops import attention
 
 from ..helpers import assert_within_budget, front_op
@@ -105,19 +105,6 @@ def test_decode_step_bad_inputs(device):
         model.decode_step(_ids(1, 1, device), cache, torch.tensor([0], device=device), backend="cuda")
 
 
-def _static_generate(model, prompt, steps, backend):
-    """generate's loop with decode_step run eagerly: what the captured graph replays."""
-    cache = KVCache(model.config, prompt.shape[0], model.embed.dtype, prompt.device)
-    logits, tokens = model(prompt, cache, backend), [prompt]
-    for step in range(steps):
-        tokens.append(logits[:, -1].argmax(-1, keepdim=True))
-        if step + 1 < steps:
-            position = torch.tensor([cache.length], device=prompt.device)
-            logits = model.decode_step(tokens[-1], cache, position, backend)
-            cache.length += 1
-    return torch.cat(tokens, dim=1)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["tritonforge", "sdpa"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -130,6 +117,6 @@ def test_gpu_cuda_graph_generation_gives_the_eager_tokens(dtype, backend):
     prompt = torch.randint(0, 512, (3, 37), device="cuda")
     with tfg.strict(), torch.no_grad():
         graphed = generate(model, prompt, 20, backend, cuda_graph=True)
-        assert torch.equal(graphed, _static_generate(model, prompt, 20, backend))
+        assert torch.equal(graphed, greedy_steps(model, prompt, 20, backend)[0])
         if dtype == torch.float32:
             assert torch.equal(graphed, generate(model, prompt, 20, backend))

@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import tritonforge as tfg
-from tritonforge.models.llama import GraphedDecoder, KVCache, Llama, LlamaConfig
+from tritonforge.models.llama import GraphedDecoder, KVCache, Llama, LlamaConfig, greedy_steps
 from tritonforge.models.tensor_parallel import TensorParallelLlama, shard_plan
 from tritonforge.ops import attention
 
@@ -78,21 +78,6 @@ def _init(rank: int, world: int, port: int) -> None:
                             timeout=datetime.timedelta(seconds=120))  # fmt: skip
 
 
-def _serve(model, prompt: torch.Tensor, new_tokens: int):
-    """Prefill, then greedy split-KV decode with :meth:`~Llama.decode_step` (fixed shapes, what a
-    CUDA graph replays): the tokens ``[B, prompt + new]``, the prefill logits and the decode
-    steps' logits ``[B, new - 1, vocab]``."""
-    cache = KVCache(model.config, prompt.shape[0], model.embed.dtype, prompt.device)
-    prefill = model(prompt, cache, "tritonforge")
-    tokens, steps = [prompt, prefill[:, -1:].argmax(-1)], []
-    for _ in range(new_tokens - 1):
-        position = torch.tensor([cache.length], device=prompt.device)
-        steps.append(model.decode_step(tokens[-1], cache, position, "tritonforge"))
-        cache.length += 1
-        tokens.append(steps[-1][:, -1:].argmax(-1))
-    return torch.cat(tokens, dim=1), prefill, torch.cat(steps, dim=1)
-
-
 def _rank(rank: int, world: int, port: int, configs: list, out: str) -> None:
     """One spawned rank: every config's model served over ``world`` ranks, its results saved
     (rank 0 also serves the one-rank model, the comparison)."""
@@ -102,12 +87,12 @@ def _rank(rank: int, world: int, port: int, configs: list, out: str) -> None:
     with torch.no_grad(), tfg.strict():
         for config in configs:
             model = Llama(config, seed=SEED)  # the same weights on every rank
-            results[config.num_kv_heads] = {"served": _serve(TensorParallelLlama(model), prompt, NEW_TOKENS)}
+            results[config.num_kv_heads] = {"served": greedy_steps(TensorParallelLlama(model), prompt, NEW_TOKENS)}
             for op in ("rms_norm", "rope", "flash_attention", front_op()):
                 assert tfg.last_path(op) == "interpreter", op
             assert attention.last_plan().strategy == "decode"
             if rank == 0:
-                results[config.num_kv_heads]["one rank"] = _serve(model, prompt, NEW_TOKENS)
+                results[config.num_kv_heads]["one rank"] = greedy_steps(model, prompt, NEW_TOKENS)
     dist.destroy_process_group()
     torch.save({"prompt": prompt, "results": results}, os.path.join(out, f"rank{rank}.pt"))
 
@@ -183,7 +168,7 @@ def _graphed_rank(rank: int, world: int, port: int, out: str) -> None:
     served = TensorParallelLlama(Llama(config, seed=SEED), device=f"cuda:{rank}")
     prompt = torch.randint(0, config.vocab_size, (3, 37), generator=torch.Generator().manual_seed(SEED)).cuda()
     with torch.no_grad(), tfg.strict():
-        eager = _serve(served, prompt, 20)[0]
+        eager = greedy_steps(served, prompt, 20)[0]
         cache = KVCache(served.config, 3, torch.float32, prompt.device)
         tokens = [prompt, served(prompt, cache, "tritonforge")[:, -1:].argmax(-1)]
         step = GraphedDecoder(served, cache)  # the all-reduces and the all-gather captured in the graph

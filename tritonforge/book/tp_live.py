@@ -75,17 +75,10 @@ def serve_on_ranks(config, world: int = 2, prompt_shape=(2, 12), new_tokens: int
 
 def _serve(model, prompt: torch.Tensor, new_tokens: int) -> dict:
     """Prefill, then greedy decode with :meth:`~Llama.decode_step` over a fixed-shape cache."""
-    from tritonforge.models.llama import KVCache
+    from tritonforge.models.llama import greedy_steps
 
-    cache = KVCache(model.config, prompt.shape[0], model.embed.dtype, prompt.device)
-    prefill = model(prompt, cache, "tritonforge")
-    tokens, steps = [prompt, prefill[:, -1:].argmax(-1)], []
-    for _ in range(new_tokens - 1):
-        position = torch.tensor([cache.length])
-        steps.append(model.decode_step(tokens[-1], cache, position, "tritonforge"))
-        cache.length += 1
-        tokens.append(steps[-1][:, -1:].argmax(-1))
-    return {"tokens": torch.cat(tokens, dim=1), "prefill": prefill, "steps": torch.cat(steps, dim=1)}
+    tokens, prefill, steps = greedy_steps(model, prompt, new_tokens)
+    return {"tokens": tokens, "prefill": prefill, "steps": steps}
 
 
 def _rank(job: dict, rank: int) -> None:

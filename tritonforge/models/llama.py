@@ -291,3 +291,19 @@ def generate(model: Llama, prompt: torch.Tensor, max_new_tokens: int, backend: s
         if step + 1 < max_new_tokens:  # decode: one position per call
             logits = step_fn(token) if step_fn is not None else model(token, cache, backend)
     return torch.cat(tokens, dim=1)
+
+
+@torch.no_grad()
+def greedy_steps(model: Llama, prompt: torch.Tensor, new_tokens: int, backend: str = "tritonforge"):
+    """Greedy decoding through :meth:`Llama.decode_step` over a fixed-shape cache (the shapes a
+    CUDA graph replays), keeping the logits: ``(tokens [B, prompt + new_tokens], the prefill's
+    logits, the decode steps' logits [B, new_tokens - 1, vocab])``."""
+    cache = KVCache(model.config, prompt.shape[0], model.embed.dtype, prompt.device)
+    prefill = model(prompt, cache, backend)
+    tokens, steps = [prompt, prefill[:, -1:].argmax(-1)], []
+    for _ in range(new_tokens - 1):
+        position = torch.tensor([cache.length], device=prompt.device)
+        steps.append(model.decode_step(tokens[-1], cache, position, backend))
+        cache.length += 1
+        tokens.append(steps[-1][:, -1:].argmax(-1))
+    return torch.cat(tokens, dim=1), prefill, torch.cat(steps, dim=1)
