@@ -145,20 +145,28 @@ def _reference(q, k, v, causal, sm_scale, kv_lens=None, key_ids=None, query_ids=
     return out, lse.to(acc_torch_dtype(q.dtype))
 
 
+def refusal(q: torch.Tensor, p, registers: str, no_tile: str) -> Optional[str]:
+    """Why the attention kernels (forward or backward) cannot serve q's dtype, head dim and
+    device, or None: float64 outside the interpreter or without its float64 ``tl.dot``, a head
+    dim past :data:`MAX_HEAD_DIM` (``registers`` says what would not fit), no plan ``p``
+    (``no_tile``: none fits the device's shared memory)."""
+    if q.dtype == torch.float64 and (q.device.type != "cpu" or not hardware.interpreting()):
+        return "float64 attention runs on the interpreter only (its tests' oracle path); on a GPU, the reference"
+    if q.dtype == torch.float64 and not fp64_dot_supported():
+        return f"this Triton ({triton.__version__}) has no float64 tl.dot in its interpreter"
+    if q.shape[-1] > MAX_HEAD_DIM:
+        return f"head dim {q.shape[-1]} > {MAX_HEAD_DIM}: {registers}"
+    if p is None:
+        return f"{no_tile} this device's shared memory for head dim {q.shape[-1]}"
+    return None
+
+
 def _forward_routed(q, k, v, causal: bool, sm_scale: float, kv_lens=None, key_ids=None, query_ids=None):
     if q.numel() == 0 or k.shape[2] == 0:
         runtime.record_empty(OP)
         return _reference(q, k, v, causal, sm_scale, kv_lens, key_ids, query_ids)
     p = plan(q.shape, k.shape, q.dtype, q.device)
-    unsupported = None
-    if q.dtype == torch.float64 and (q.device.type != "cpu" or not hardware.interpreting()):
-        unsupported = "float64 attention runs on the interpreter only (its tests' oracle path); on a GPU, the reference"
-    elif q.dtype == torch.float64 and not fp64_dot_supported():
-        unsupported = f"this Triton ({triton.__version__}) has no float64 tl.dot in its interpreter"
-    elif q.shape[-1] > MAX_HEAD_DIM:
-        unsupported = f"head dim {q.shape[-1]} > {MAX_HEAD_DIM}: the kernel keeps a [BLOCK_M, D] tile in registers"
-    elif p is None:
-        unsupported = f"no tile fits this device's shared memory for head dim {q.shape[-1]}"
+    unsupported = refusal(q, p, "the kernel keeps a [BLOCK_M, D] tile in registers", "no tile fits")
 
     def kernel():
         out = flash_attention_fwd(q, k, v, causal, sm_scale, p, kv_lens, key_ids, query_ids)

@@ -22,7 +22,7 @@ import torch
 from tritonforge import hardware, launches, runtime
 from tritonforge._triton import triton
 from tritonforge.kernel_utils import acc_dtype, acc_torch_dtype, round_bf16_by_hand, split_float
-from tritonforge.ops.attention import MAX_HEAD_DIM, _unit_head_stride, flash_attention_op, fp64_dot_supported
+from tritonforge.ops.attention import _unit_head_stride, flash_attention_op, refusal
 from tritonforge.ops.attention_backward_kernels import _bwd_dkdv_kernel, _bwd_dq_kernel, _bwd_preprocess_kernel
 from tritonforge.ops.attention_prefill import LOG2E
 from tritonforge.reference import flash_attention_bwd_ref
@@ -151,15 +151,7 @@ def _backward_routed(do, dlse, q, k, v, o, lse, causal, sm_scale, kv_lens=None, 
         runtime.record_empty(BACKWARD_OP)
         return torch.zeros(q.shape, dtype=q.dtype, device=q.device), torch.zeros_like(k), torch.zeros_like(v)
     p = plan(q.shape[-1], q.dtype, q.device)
-    unsupported = None
-    if q.dtype == torch.float64 and (q.device.type != "cpu" or not hardware.interpreting()):
-        unsupported = "float64 attention runs on the interpreter only (its tests' oracle path); on a GPU, the reference"
-    elif q.dtype == torch.float64 and not fp64_dot_supported():
-        unsupported = f"this Triton ({triton.__version__}) has no float64 tl.dot in its interpreter"
-    elif q.shape[-1] > MAX_HEAD_DIM:
-        unsupported = f"head dim {q.shape[-1]} > {MAX_HEAD_DIM}: the kernels keep [rows, D] tiles in registers"
-    elif p is None:
-        unsupported = f"no backward tile fits this device's shared memory for head dim {q.shape[-1]}"
+    unsupported = refusal(q, p, "the kernels keep [rows, D] tiles in registers", "no backward tile fits")
     return runtime.dispatch(
         BACKWARD_OP, device=q.device, dtype=q.dtype,
         kernel=lambda: flash_attention_bwd(do, dlse, q, k, v, o, lse, causal, sm_scale, p, kv_lens, key_ids, query_ids),
