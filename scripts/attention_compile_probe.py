@@ -1,6 +1,7 @@
 """Compile the FlashAttention kernels for real GPUs without one: the tiles ``attention.plan`` picks
 for an H200 (sm_90, 227 KB of shared memory, 132 SMs) and a T4 (sm_75, 64 KB, 40 SMs), each dtype
-the device runs, head dims 64, 80, 128 and 256, causal and not, prefill and decode.
+the device runs, head dims 64, 80, 128 and 256, causal and not, prefill and decode; and the Hopper
+prefill kernel (``tritonforge.ops.gpu.attention``) for sm_90 with the plan picked there.
 
 For each it prints the shared memory the compiled kernel asks for beside the device's limit and
 beside the plan's own estimate (``attention_prefill._tile_bytes``); a compile failure prints the
@@ -24,6 +25,7 @@ import torch  # noqa: E402
 
 from tritonforge.ops import attention, attention_decode  # noqa: E402
 from tritonforge.ops import attention_prefill as prefill  # noqa: E402
+from tritonforge.ops.gpu import attention as hopper  # noqa: E402
 
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -56,6 +58,18 @@ def compile_prefill(dtype: str, D: int, causal: bool, arch: int, shared: int, sm
                  **IDS, **dict.fromkeys(STRIDES, "i32"), "Hq": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32", "D": "i32",
                  "qk_scale": "fp32", "qk_scale_lo": "fp32"}  # fmt: skip
     return p, _compile(prefill._flash_attn_fwd_kernel, signature, _flags(dtype, head_d, D, p, causal), arch, p)
+
+
+def compile_hopper(dtype: str, D: int, causal: bool):
+    """The Hopper kernel (sm_90 only) with the plan ``attention.plan`` picks there, the masks of a
+    padded batch compiled in."""
+    p = attention._plan_cached(4, 32, 4096, D, 32, 4096, TORCH_DTYPE[dtype].itemsize, 232448, 132, True)
+    ptr = f"*{dtype}"
+    signature = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "lse_ptr": "*fp32", "kv_lens_ptr": "*i32", **IDS,
+                 **dict.fromkeys(STRIDES, "i32"), "Hq": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32", "qk_scale": "fp32"}  # fmt: skip
+    constexprs = dict(HAS_LENS=True, HAS_IDS=True, HAS_QIDS=False, CAUSAL=causal, BLOCK_M=p.block_m, BLOCK_N=p.block_n, HEAD_D=D,
+                      STAGES=p.num_stages, WARP_SPECIALIZE=p.strategy == "hopper-ws")  # fmt: skip
+    return p, _compile(hopper._flash_attn_fwd_hopper_kernel, signature, constexprs, 90, p)
 
 
 def compile_decode(dtype: str, D: int, arch: int, shared: int, sms: int):
@@ -104,6 +118,18 @@ def main(quick: bool) -> int:
             print(f"ok    {name}: tile {p.block_m}x{p.block_n}, {p.splits} splits, shared {split.metadata.shared} B "
                   f"(merge {merge.metadata.shared} B, limit {shared})")  # fmt: skip
             failures += max(split.metadata.shared, merge.metadata.shared) > shared
+    full = [(dt, d, c) for dt in ("fp16", "bf16") for d in hopper.HEAD_DIMS for c in (False, True)]
+    for dtype, D, causal in [("bf16", 128, True)] if quick else full:
+        name = f"H200 (sm_90) hopper prefill {dtype} D={D} {'causal' if causal else 'full'}"
+        try:
+            p, kernel = compile_hopper(dtype, D, causal)
+        except Exception as exc:  # noqa: BLE001
+            failures += 1
+            lines = [line for line in str(exc).splitlines() if line.strip()]
+            print(f"FAILS {name}: {type(exc).__name__}: {lines[-1] if lines else ''}")
+            continue
+        print(f"ok    {name}: {p.strategy} tile {p.block_m}x{p.block_n} w{p.num_warps} s{p.num_stages}, shared {kernel.metadata.shared} B")
+        failures += kernel.metadata.shared > 232448
     return 1 if failures else 0
 
 

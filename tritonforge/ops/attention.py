@@ -5,7 +5,9 @@ r"""``tfg.flash_attention`` (chapter 7): attention without the ``Nq x Nk`` score
   queries walking the keys with the online softmax in registers; the math, causal block skipping
   and grouped-query heads are explained there;
 - **decode** (:mod:`tritonforge.ops.attention_decode`), up to ``DECODE_MAX_QUERIES`` queries per
-  head: the keys split into chunks over many programs, their partial results merged.
+  head: the keys split into chunks over many programs, their partial results merged;
+- **Hopper prefill** (:mod:`tritonforge.ops.gpu.attention`), on an sm_90 GPU with 16-bit inputs and
+  head dims 64 or 128: the prefill algorithm with its tiles brought by the copy engine (TMA).
 
 :func:`plan` picks the path and its tiles; :func:`launcher` binds its kernels once per call
 signature. The backward is :mod:`tritonforge.ops.attention_backward`.
@@ -42,6 +44,7 @@ from tritonforge._triton import tl, triton
 from tritonforge.kernel_utils import acc_torch_dtype
 from tritonforge.ops.attention_decode import decode_launcher, decode_plan, is_decode
 from tritonforge.ops.attention_prefill import Plan, _new_output, kernel_args, prefill_launcher, prefill_plan
+from tritonforge.ops.gpu import attention as gpu_attention
 from tritonforge.reference import flash_attention_ref
 
 ATTENTION_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -82,15 +85,18 @@ def plan(q_shape, k_shape, dtype: torch.dtype, device: torch.device) -> Optional
     interpreting = hardware.interpreting() or device.type != "cuda"
     shared = None if interpreting else hardware.shared_memory_per_block(device)
     sms = hardware.gpu_sm_count(device) or INTERPRETER_SMS
-    return _plan_cached(B, Hq, Nq, D, Hkv, Nk, dtype.itemsize, shared, sms)
+    hopper = not interpreting and dtype.itemsize == 2 and D in gpu_attention.HEAD_DIMS and gpu_attention.available(device)
+    return _plan_cached(B, Hq, Nq, D, Hkv, Nk, dtype.itemsize, shared, sms, hopper)
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan_cached(B, Hq, Nq, D, Hkv, Nk, element_size, shared, sms) -> Optional[Plan]:
+def _plan_cached(B, Hq, Nq, D, Hkv, Nk, element_size, shared, sms, hopper=False) -> Optional[Plan]:
     head_d = max(16, triton.next_power_of_2(D))
     rows = (Hq // Hkv) * Nq
     if is_decode(Nq, rows):
         return decode_plan(B * Hkv, rows, Nk, head_d, element_size, shared, sms)
+    if hopper:
+        return gpu_attention.hopper_plan(D)
     return prefill_plan(head_d, element_size, shared)
 
 
@@ -127,7 +133,11 @@ def launcher(q, k, v, causal: bool, sm_scale: float, p: Plan, kv_lens=None, key_
     stride along the head dimension), every decision taken now: a function of ``(q, k, v, kv_lens,
     key_ids, query_ids)`` that allocates the outputs and launches the kernels. Eager inference
     keeps it for the next call of the same signature (:func:`attend`)."""
+    if p.strategy.startswith("hopper") and not gpu_attention.eligible(q, k, v):  # strides the copy engine refuses
+        p = prefill_plan(q.shape[-1], q.element_size(), hardware.shared_memory_per_block(q.device))
     args = kernel_args(q, k, v, causal, sm_scale, p, kv_lens, key_ids, query_ids)
+    if p.strategy.startswith("hopper"):
+        return gpu_attention.hopper_launcher(q, k, p, args, warp_specialize=p.strategy == "hopper-ws")
     return (decode_launcher if p.strategy == "decode" else prefill_launcher)(q, k, p, args)
 
 
