@@ -1,7 +1,7 @@
 """FlashAttention-2 backward's tiles: the package's three backward kernels under other plans than
 ``attention_backward.plan`` picks, to choose ``BACKWARD_TILES`` from measurements.
 
-At B = 4, 32 query heads over 8 KV heads, D = 128, bf16, N = 2048 and 8192, causal and not: the
+At B = 4, 32 query heads over 8 KV heads, D = 128, bf16, N = 2048 and 4096, causal and not: the
 forward runs once (O and lse saved); then each (resident, streamed, num_warps, num_stages) in
 CANDIDATES runs ``attention_backward.flash_attention_bwd`` and is checked on dq, dk, dv against
 SDPA's math backend in float32 (a wrong plan is reported, not timed), then timed by device time
@@ -29,7 +29,7 @@ CANDIDATES = toy(
      (128, 16, 8, 3), (64, 16, 4, 3)],
     [(16, 16, 4, 1), (32, 16, 4, 1)],
 )  # fmt: skip
-SHAPES = toy([(4, 32, 8, n, 128, causal) for n in (2048, 8192) for causal in (False, True)], [(1, 4, 2, 40, 16, True)])
+SHAPES = toy([(4, 32, 8, n, 128, causal) for n in (2048, 4096) for causal in (False, True)], [(1, 4, 2, 40, 16, True)])
 DTYPE = toy(torch.bfloat16, torch.float32)
 
 
