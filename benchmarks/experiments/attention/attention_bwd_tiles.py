@@ -7,7 +7,8 @@ CANDIDATES runs ``attention_backward.flash_attention_bwd`` and is checked on dq,
 SDPA's math backend in float32 (a wrong plan is reported, not timed), then timed by device time
 (CUDA-graph replay) and do_bench; TFLOP/s count the backward as 2.5 forwards (FlashAttention's
 convention: 3.5 for the step). Each compiled kernel's registers, spills and shared memory are read
-off Triton's cache after the run. SDPA's flash and cuDNN steps (forward + backward) are timed beside.
+off Triton's cache after the run. SDPA's flash and cuDNN steps (forward + backward) are timed beside,
+and the picked plan's three kernels are timed apart under ``torch.profiler`` (where the time goes).
 
 Usage (CUDA GPU, repository root): python benchmarks/experiments/attention/attention_bwd_tiles.py OUT.json
 Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/attention/attention_bwd_tiles.py OUT.json
@@ -26,7 +27,7 @@ import triton
 
 CANDIDATES = toy(
     [(128, 32, 8, 3), (128, 64, 8, 2), (128, 32, 8, 2), (128, 32, 4, 3), (64, 32, 4, 3), (64, 64, 4, 2), (64, 32, 8, 3),
-     (128, 16, 8, 3), (64, 16, 4, 3)],
+     (128, 16, 8, 3), (64, 16, 4, 3), (64, 128, 4, 2), (64, 128, 8, 2), (64, 64, 8, 3)],
     [(16, 16, 4, 1), (32, 16, 4, 1)],
 )  # fmt: skip
 SHAPES = toy([(4, 32, 8, n, 128, causal) for n in (2048, 4096) for causal in (False, True)], [(1, 4, 2, 40, 16, True)])
@@ -60,6 +61,19 @@ def registers() -> list:
                             "num_stages": compiled.metadata.num_stages,
                             "tiles": {k: v for k, v in consts.items() if "BLOCK" in k or k == "CAUSAL"}})  # fmt: skip
     return out
+
+
+def kernel_times(call, calls: int = 5) -> dict:
+    """Mean device time of each CUDA kernel one ``call()`` launches, µs (``torch.profiler``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    return {e.key: e.device_time_total / calls for e in prof.key_averages() if e.device_time_total > 0}
 
 
 def rows_for(b, hq, hkv, n, d, causal) -> list:
@@ -99,6 +113,11 @@ def rows_for(b, hq, hkv, n, d, causal) -> list:
             row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         rows.append(row)
         print(row, flush=True)
+    if DEVICE == "cuda":
+        rows.append({**base, "impl": "tritonforge-bwd-kernels", "kernels_us": kernel_times(
+            lambda: attention_backward.flash_attention_bwd(do, None, q.detach(), k.detach(), v.detach(), o, lse, causal, scale,
+                                                           attention_backward.plan(d, q.dtype, q.device)))})  # fmt: skip
+        print(rows[-1], flush=True)
     fwd_plan = attention.plan(q.shape, k.shape, q.dtype, q.device)
     fwd_us = smoke.device_us(lambda: attention.flash_attention_fwd(q.detach(), k.detach(), v.detach(), causal, scale, fwd_plan))
     rows.append({**base, "impl": "tritonforge-fwd", "device_us": fwd_us, "tflops_device": flops / 2.5 / fwd_us / 1e6})
