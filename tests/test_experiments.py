@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = REPO / "benchmarks" / "experiments"
 
 TOPICS = {  # folder -> the kept scripts in it
-    "attention": {"attention_tiles.py"},
+    "attention": {"attention_tiles.py", "attention_hopper.py", "attention_bwd_tiles.py"},
     "cooperative-rows": {"coop_exp.py", "coop_flags.py", "coop_floor.py", "coop_hold.py", "coop_launch.py", "coop_packed.py",
                          "coop_persistent.py", "coop_publish.py", "coop_registers.py"},
     "copy-baselines": {"same_size_copy.py"},
@@ -329,6 +329,23 @@ def test_attention_tiles_decode_wide(tmp_path):
     assert ours and {r["case"] for r in ours} == {"decode"} and all("error" not in r for r in ours), ours
     assert all(r["err"] < 1e-5 and r["device_us"] > 0 for r in ours)
     assert len({r["plan"][2] for r in ours}) == 2 and len({r["plan"][5] for r in ours}) == 2  # two blocks, two split counts
+
+
+def test_attention_hopper(tmp_path):
+    """Toy run: the portable plan only (the Hopper kernel needs an sm_90 GPU), checked before timing."""
+    out = tmp_path / "hopper.json"
+    run_toy("attention/attention_hopper.py", str(out))
+    ours = [r for r in read_json(out)["rows"] if r["impl"] == "tritonforge"]
+    assert len(ours) == 2 and all("error" not in r and r["err"] < 1e-5 and r["device_us"] > 0 for r in ours), ours
+
+
+def test_attention_bwd_tiles(tmp_path):
+    out = tmp_path / "bwd.json"
+    run_toy("attention/attention_bwd_tiles.py", str(out))
+    rows = read_json(out)["rows"]
+    ours = [r for r in rows if r["impl"] == "tritonforge-bwd"]
+    assert len(ours) == 2 and all("error" not in r and r["err"] < 1e-5 and r["device_us"] > 0 for r in ours), ours
+    assert [r["impl"] for r in rows if r["impl"] == "tritonforge-fwd"] == ["tritonforge-fwd"]
 
 
 def test_row_schedules(tmp_path):
