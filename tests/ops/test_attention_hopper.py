@@ -18,6 +18,7 @@ from tritonforge.ops import attention as attention_module
 from tritonforge.ops import attention_decode, attention_prefill
 from tritonforge.ops.attention import flash_attention, last_plan
 from tritonforge.ops.gpu import attention as hopper
+from tritonforge.reference import flash_attention_ref
 
 from ..helpers import dtype_name as _name
 from ..helpers import nan_empty
@@ -37,14 +38,17 @@ def _on_hopper() -> bool:
 
 
 def test_plan_routes_only_what_the_kernel_serves():
-    """With ``hopper=True`` (an sm_90 GPU, 16-bit) prefill shapes of head dim 64 or 128 take the
-    Hopper plan; decode shapes, other head dims and 4-byte dtypes keep their paths."""
+    """With ``hopper=True`` (an sm_90 GPU, 16-bit) prefill shapes of a head dim in HOPPER_TILES take
+    the Hopper plan; the other head dims (128: the portable kernel measured as fast) and decode
+    shapes keep their paths."""
     shared, sms = 232448, 132
+    assert 64 in hopper.HOPPER_TILES and 128 not in hopper.HOPPER_TILES
     for D in hopper.HEAD_DIMS:
         p = attention_module._plan_cached(2, 8, 4096, D, 2, 4096, 2, shared, sms, True)
-        assert p == hopper.hopper_plan(D) and p.strategy.startswith("hopper")
+        assert p == (hopper.hopper_plan(D) or attention_prefill.prefill_plan(D, 2, shared))
+        assert p.strategy.startswith("hopper") == (D in hopper.HOPPER_TILES)
         assert attention_module._plan_cached(2, 8, 4096, D, 2, 4096, 2, shared, sms, False).strategy == "prefill"
-    assert attention_module._plan_cached(2, 32, 1, 128, 8, 4096, 2, shared, sms, True).strategy == "decode"
+    assert attention_module._plan_cached(2, 32, 1, 64, 8, 4096, 2, shared, sms, True).strategy == "decode"
     assert not hopper.available(torch.device("cpu"))
 
 
@@ -61,8 +65,8 @@ def test_eligible_strides():
 
 needs_hopper = pytest.mark.skipif(not _on_hopper(), reason="needs an sm_90 GPU (H100/H200) with Triton's tensor descriptors")
 
-SHAPES = [(2, 8, 8, 2048, 2048, 128), (3, 8, 2, 1000, 1537, 64), (2, 4, 1, 333, 4099, 128), (1, 4, 4, 17, 17, 128),
-          (2, 8, 2, 129, 100, 64), (1, 32, 8, 4097, 4097, 128)]  # fmt: skip
+SHAPES = [(2, 8, 8, 2048, 2048, 64), (3, 8, 2, 1000, 1537, 64), (2, 4, 1, 333, 4099, 64), (1, 4, 4, 17, 17, 64),
+          (2, 8, 2, 129, 100, 64), (1, 32, 8, 4097, 4097, 64)]  # fmt: skip
 
 
 @pytest.mark.gpu
@@ -77,10 +81,24 @@ def test_gpu_hopper_matches_reference(shape, causal, dtype):
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("plan", [("hopper", 128, 128, 8, 3), ("hopper-ws", 128, 128, 8, 3), ("hopper", 128, 64, 4, 3)], ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_hopper_kernel_at_head_dim_128(plan, causal):
+    """D = 128 is not routed to the Hopper kernel (the portable one measured as fast), but the
+    sweep runs it there: its plans, warp-specialized too, against float64 at awkward N and GQA."""
+    q, k, v = _inputs(2, 8, 2, 1000, 1537, 128, dtype=torch.bfloat16, device="cuda")
+    o, lse = attention_module.flash_attention_fwd(q, k, v, causal, 128**-0.5, attention_prefill.Plan(*plan))
+    o64, lse64 = flash_attention_ref(q, k, v, causal, upcast=True)
+    assert (o.double() - o64).abs().max() / o64.abs().max() < 2e-2
+    torch.testing.assert_close(lse.double(), lse64, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+@needs_hopper
 def test_gpu_hopper_layouts_and_fallback():
     """``[B, N, H, D]`` memory read in place through the Hopper kernel (O in that layout); a
     misaligned base pointer takes the portable kernel, with the same answer."""
-    B, H, N, D = 2, 8, 300, 128
+    B, H, N, D = 2, 8, 300, 64
     q, k, v = (torch.randn(B, N, H, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
     o, _ = _check(q, k, v, True, expected_strategy=hopper.hopper_plan(D).strategy)
     assert o.stride() == q.stride()
@@ -97,7 +115,7 @@ def test_gpu_hopper_layouts_and_fallback():
 def test_gpu_hopper_masks(kind, causal):
     """Key padding (left, and holes with a row that sees nothing), a static cache's kv_lens, and
     packed sequences, through the Hopper kernel, against float64 on NaN-poisoned keys."""
-    B, Hq, Hkv, Nq, Nk, D = 4, 4, 2, 200, 200, 128
+    B, Hq, Hkv, Nq, Nk, D = 4, 4, 2, 200, 200, 64
     q, k, v = (t.to(torch.bfloat16) for t in _inputs(B, Hq, Hkv, Nq, Nk, D, device="cuda"))
     mask = _padding(B, Nk, kind)
     seen = _visible(B, Nq, Nk, causal, key_padding_mask=mask)
@@ -125,14 +143,14 @@ def test_gpu_hopper_masks(kind, causal):
 def test_gpu_hopper_cuda_graph_and_compile():
     """A hand-captured CUDA graph replays the Hopper kernel on fresh inputs (its descriptors'
     scratch comes from the graph's pool); ``torch.compile`` with CUDA graphs matches eager."""
-    static = _inputs(2, 8, 2, 1024, 1024, 128, dtype=torch.bfloat16, device="cuda")
+    static = _inputs(2, 8, 2, 1024, 1024, 64, dtype=torch.bfloat16, device="cuda")
     flash_attention(*static, causal=True)
     assert last_plan().strategy.startswith("hopper") and hardware.device_capability(static[0].device)[0] == 9
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = flash_attention(*static, causal=True)
-    fresh = _inputs(2, 8, 2, 1024, 1024, 128, dtype=torch.bfloat16, device="cuda")
+    fresh = _inputs(2, 8, 2, 1024, 1024, 64, dtype=torch.bfloat16, device="cuda")
     for s, f in zip(static, fresh):
         s.copy_(f)
     graph.replay()

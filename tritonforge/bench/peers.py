@@ -299,36 +299,16 @@ def _sdpa_with(backend_name: str) -> Callable:
     return fn
 
 
-def _portable_attention(q, k, v, causal):
-    """The portable prefill kernel (:mod:`tritonforge.ops.attention_prefill`) where the plan would
-    take the Hopper kernel; the routed op elsewhere (the same kernel)."""
-    from tritonforge import hardware
-    from tritonforge.ops import attention, attention_prefill
-
-    p = attention.plan(q.shape, k.shape, q.dtype, q.device)
-    if p is None or not p.strategy.startswith("hopper"):
-        return attention.flash_attention(q, k, v, causal=causal)
-    head_d = max(16, 1 << (q.shape[-1] - 1).bit_length())
-    portable = attention_prefill.prefill_plan(head_d, q.element_size(), hardware.shared_memory_per_block(q.device))
-    return attention.flash_attention_fwd(q, k, v, causal, q.shape[-1] ** -0.5, portable)[0]
-
-
 def attention_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs: bool = False) -> dict:
     """name -> a maker of ``fn(q, k, v, causal)``: ours, HF's eager attention (every score in
-    memory), and SDPA pinned to its FlashAttention-2 and its cuDNN backend; on a Hopper GPU, where
-    ours routes prefill to the Hopper kernel, also ``tritonforge (portable)``: chapter 7's portable
-    kernel with the tiles it would take there (its launcher called directly). No CUDA-graph rows:
+    memory), and SDPA pinned to its FlashAttention-2 and its cuDNN backend. No CUDA-graph rows:
     the suites' device_us column is the time without host."""
     from tritonforge.ops.attention import flash_attention
-    from tritonforge.ops.gpu.attention import available
 
     table = {
         "tritonforge": lambda: lambda q, k, v, causal: flash_attention(q, k, v, causal=causal),
-        "tritonforge (portable)": lambda: _portable_attention,
         "naive (eager)": lambda: eager_attention,
         "sdpa-flash": lambda: _sdpa_with("FLASH_ATTENTION"),
         "sdpa-cudnn": lambda: _sdpa_with("CUDNN_ATTENTION"),
     }
-    if not (torch.cuda.is_available() and available(torch.device("cuda"))):
-        del table["tritonforge (portable)"]
     return {name: maker for name, maker in table.items() if impls is None or name in impls}

@@ -711,9 +711,6 @@ ATTENTION_FORWARD_BACKWARD = dataclasses.replace(
     cost=lambda shape, dtype: attention_forward_backward_cost(*shape[:4], bool(shape[4]), dtype),
     backward=True,
     grads=("q", "k", "v"),
-    implementations=lambda impls=None, *, cuda_graphs=False: {
-        name: make for name, make in peers.attention_implementations(impls).items() if name != "tritonforge (portable)"
-    },  # the portable forward row calls its launcher directly: no autograd
 )
 """FlashAttention-2 forward + backward (one training step) at prefill (B = 4, H = 32, D = 128,
 N = 1K-8K, causal and not), checked on O and dq, dk, dv against the float64 oracle: ours vs HF's

@@ -85,7 +85,7 @@ def plan(q_shape, k_shape, dtype: torch.dtype, device: torch.device) -> Optional
     interpreting = hardware.interpreting() or device.type != "cuda"
     shared = None if interpreting else hardware.shared_memory_per_block(device)
     sms = hardware.gpu_sm_count(device) or INTERPRETER_SMS
-    hopper = not interpreting and dtype.itemsize == 2 and D in gpu_attention.HEAD_DIMS and gpu_attention.available(device)
+    hopper = not interpreting and dtype.itemsize == 2 and D in gpu_attention.HOPPER_TILES and gpu_attention.available(device)
     return _plan_cached(B, Hq, Nq, D, Hkv, Nk, dtype.itemsize, shared, sms, hopper)
 
 
@@ -95,9 +95,7 @@ def _plan_cached(B, Hq, Nq, D, Hkv, Nk, element_size, shared, sms, hopper=False)
     rows = (Hq // Hkv) * Nq
     if is_decode(Nq, rows):
         return decode_plan(B * Hkv, rows, Nk, head_d, element_size, shared, sms)
-    if hopper:
-        return gpu_attention.hopper_plan(D)
-    return prefill_plan(head_d, element_size, shared)
+    return (gpu_attention.hopper_plan(D) if hopper else None) or prefill_plan(head_d, element_size, shared)
 
 
 _LAST_PLAN: dict = {}
@@ -128,13 +126,20 @@ def flash_attention_fwd(q, k, v, causal: bool, sm_scale: float, p: Plan, kv_lens
     return launcher(q, k, v, causal, sm_scale, p, kv_lens, key_ids, query_ids)(q, k, v, kv_lens, key_ids, query_ids)
 
 
+def served_plan(p: Plan, q, k, v) -> Plan:
+    """``p``, or where it names the Hopper kernel and the copy engine cannot read these strides, the
+    portable kernel's plan."""
+    if p.strategy.startswith("hopper") and not gpu_attention.eligible(q, k, v):
+        return prefill_plan(q.shape[-1], q.element_size(), hardware.shared_memory_per_block(q.device))
+    return p
+
+
 def launcher(q, k, v, causal: bool, sm_scale: float, p: Plan, kv_lens=None, key_ids=None, query_ids=None):
     """The launches of plan ``p`` for tensors of these shapes, strides, dtypes and device (unit
     stride along the head dimension), every decision taken now: a function of ``(q, k, v, kv_lens,
     key_ids, query_ids)`` that allocates the outputs and launches the kernels. Eager inference
     keeps it for the next call of the same signature (:func:`attend`)."""
-    if p.strategy.startswith("hopper") and not gpu_attention.eligible(q, k, v):  # strides the copy engine refuses
-        p = prefill_plan(q.shape[-1], q.element_size(), hardware.shared_memory_per_block(q.device))
+    p = served_plan(p, q, k, v)
     args = kernel_args(q, k, v, causal, sm_scale, p, kv_lens, key_ids, query_ids)
     if p.strategy.startswith("hopper"):
         return gpu_attention.hopper_launcher(q, k, p, args, warp_specialize=p.strategy == "hopper-ws")
@@ -180,7 +185,7 @@ def _forward_routed(q, k, v, causal: bool, sm_scale: float, kv_lens=None, key_id
 
     def kernel():
         out = flash_attention_fwd(q, k, v, causal, sm_scale, p, kv_lens, key_ids, query_ids)
-        _LAST_PLAN["plan"] = p
+        _LAST_PLAN["plan"] = served_plan(p, q, k, v)
         return out
 
     return runtime.dispatch(OP, device=q.device, dtype=q.dtype, kernel=kernel,
@@ -332,7 +337,7 @@ def _remembered_launch(q, k, v, kv_lens, key_ids, query_ids, causal, scale):
     if any(t is not None and not t.is_contiguous() for t in masks):
         return None
     p = plan(q.shape, k.shape, q.dtype, q.device)
-    if p is None:
+    if p is None or p.strategy.startswith("hopper"):  # the copy engine needs aligned pointers: decided at each call
         return None
     launch = launcher(q, k, v, causal, scale, p, *masks)
 

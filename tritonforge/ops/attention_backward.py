@@ -52,10 +52,14 @@ INTERPRETER_BLOCK = 16
 """The interpreter's tiles (``tl.dot``'s smallest): small tests cross block edges and the diagonal."""
 
 BACKWARD_TILES = (
-    # (resident, streamed, num_warps, num_stages), best first: the first that fits runs. Not yet
-    # measured on a GPU: FlashAttention-2's Triton tutorial keeps 128 rows and streams 32.
-    (128, 32, 8, 3),
-    (64, 32, 8, 3),
+    # (resident, streamed, num_warps, num_stages), best first: the first that fits runs. On the H200
+    # (bf16, D = 128, N = 2K-4K) 64 x 64 with 4 warps and 64 x 32 with 4 warps ran at 280-361
+    # TFLOP/s; the 8-warp tiles of FlashAttention-2's Triton tutorial at 130-352, and 64 x 32 with
+    # 8 warps, the guess taken before any GPU run, at 130-161 (benchmarks/NOTES.md, "2026-12-05
+    # (session 20), issue 28: the Hopper forward and the backward's tiles").
+    (64, 64, 4, 2),
+    (64, 32, 4, 3),
+    (128, 64, 8, 2),
     (64, 32, 8, 2),
     (64, 16, 8, 2),
     (32, 32, 8, 2),
@@ -64,9 +68,10 @@ BACKWARD_TILES = (
     (16, 16, 4, 1),
 )
 
-ACCUMULATOR_FLOATS_PER_THREAD = 64
+ACCUMULATOR_FLOATS_PER_THREAD = 128
 """Registers: dK/dV keeps two float32 ``[resident, HEAD_D]`` accumulators (and its k, v tiles); a
-tile is taken only if the accumulators need at most this many registers a thread."""
+tile is taken only if the accumulators need at most this many registers a thread (half of the
+255 a thread may hold: at D = 128 the fastest H200 tile, 64 keys over 4 warps, needs 128)."""
 
 
 def backward_tile_bytes(resident: int, streamed: int, head_d: int, stages: int, element_size: int) -> int:

@@ -10,7 +10,11 @@ oracle of the benchmark suite (a wrong plan is reported, not timed), then timed 
 (CUDA-graph replay) and do_bench; TFLOP/s count causal as half the FLOPs. A plan that fails to
 compile is a result too (its error is recorded).
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/attention/attention_hopper.py OUT.json
+Mode ``d64`` (a second argument): at D = 64, where the Hopper kernel led the portable kernel's
+default tile, the portable kernel under the Hopper kernel's best tiles too (which one wins, the
+tile or the copy engine?).
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/attention/attention_hopper.py OUT.json [all|d64]
 Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/attention/attention_hopper.py OUT.json
 (the toy run times only the portable plan: the Hopper kernel needs an sm_90 GPU)
 """
@@ -38,6 +42,14 @@ HOPPER = toy(
 PORTABLE = [attention_prefill.Plan("prefill", *tile) for tile in toy([(128, 128, 8, 3)], [(16, 16, 4, 1)])]
 SHAPES = toy([(16, 32, 8, 1024, 128), (4, 32, 8, 4096, 128), (1, 32, 8, 16384, 128), (4, 32, 8, 4096, 64)], [(1, 4, 2, 40, 16)])
 DTYPE = toy(torch.bfloat16, torch.float32)
+
+if len(sys.argv) > 2 and sys.argv[2] == "d64":  # the second question: at D = 64, the Hopper kernel or the portable one's tile?
+    SHAPES = toy([(4, 32, 8, 4096, 64), (16, 32, 8, 1024, 64)], [(1, 4, 2, 40, 16)])
+    PORTABLE = [attention_prefill.Plan("prefill", *tile) for tile in toy(
+        [(128, 128, 8, 3), (64, 128, 4, 2), (64, 128, 4, 3), (128, 64, 4, 3), (128, 128, 4, 2), (64, 64, 4, 3)], [(16, 16, 4, 1)])]
+    HOPPER = toy([("hopper", 64, 128, 4, 2), ("hopper", 64, 128, 4, 3), ("hopper", 128, 64, 4, 3), ("hopper", 128, 128, 4, 3)], [])
+elif len(sys.argv) > 2:
+    sys.exit(f"mode {sys.argv[2]!r}: all (default) or d64")
 
 
 def sdpa(q, k, v, causal, backend):

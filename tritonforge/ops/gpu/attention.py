@@ -34,7 +34,8 @@ from tritonforge._triton import tl, triton
 from tritonforge.ops.attention_prefill import Plan
 
 HEAD_DIMS = (64, 128)
-"""Head dims the Hopper kernel serves (a tile's row is one TMA box of 128 or 256 bytes)."""
+"""Head dims the Hopper kernel can serve (a tile's row is one TMA box of 128 or 256 bytes); the
+plan routes to it only those in :data:`HOPPER_TILES`."""
 
 
 @triton.jit
@@ -130,17 +131,17 @@ def _flash_attn_fwd_hopper_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, kv_lens_p
 
 
 HOPPER_TILES = {
-    # head dim: (strategy, BLOCK_M, BLOCK_N, num_warps, num_stages). Not yet measured: the portable
-    # kernel's best tile (benchmarks/NOTES.md, 2026-11-30) until the sweep of
-    # benchmarks/experiments/attention/attention_hopper.py is recorded.
-    64: ("hopper", 128, 128, 8, 3),
-    128: ("hopper", 128, 128, 8, 3),
+    # head dim: (strategy, BLOCK_M, BLOCK_N, num_warps, num_stages), the best of the sweep
+    # (benchmarks/NOTES.md, "2026-12-05 (session 20), issue 28: the Hopper forward and the backward's tiles").
+    # D = 128 is absent: there the portable kernel was as fast or faster at every shape measured.
+    64: ("hopper", 64, 128, 4, 2),
 }
 
 
-def hopper_plan(head_dim: int) -> Plan:
-    """The Hopper kernel's plan for this head dim (one of :data:`HEAD_DIMS`)."""
-    return Plan(*HOPPER_TILES[head_dim])
+def hopper_plan(head_dim: int) -> Optional[Plan]:
+    """The Hopper kernel's plan for this head dim, or None where the portable kernel measured as fast."""
+    tiles = HOPPER_TILES.get(head_dim)
+    return None if tiles is None else Plan(*tiles)
 
 
 def available(device: torch.device) -> bool:
