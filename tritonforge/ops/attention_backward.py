@@ -53,10 +53,9 @@ INTERPRETER_BLOCK = 16
 
 BACKWARD_TILES = (
     # (resident, streamed, num_warps, num_stages), best first: the first that fits runs. On the H200
-    # (bf16, D = 128, N = 2K-4K) 64 x 64 with 4 warps and 64 x 32 with 4 warps ran at 280-361
-    # TFLOP/s; the 8-warp tiles of FlashAttention-2's Triton tutorial at 130-352, and 64 x 32 with
-    # 8 warps, the guess taken before any GPU run, at 130-161 (benchmarks/NOTES.md, "2026-12-05
-    # (session 20), issue 28: the Hopper forward and the backward's tiles").
+    # 64-key tiles over 4 warps were the fastest, about twice the 8-warp guess taken before any GPU
+    # run (benchmarks/NOTES.md, "2026-12-05 (session 20), issue 28: the Hopper forward and the
+    # backward's tiles"); the smaller tiles serve less shared memory (a T4).
     (64, 64, 4, 2),
     (64, 32, 4, 3),
     (128, 64, 8, 2),
