@@ -55,13 +55,14 @@ def compile_backward(dtype: str, D: int, causal: bool, arch: int, shared: int):
            **dict.fromkeys(("o_sb", "o_sh", "o_sn", "do_sb", "do_sh", "do_sn", "Hq", "Nq", "D"), "i32"),
            "log2e": "fp32", "log2e_lo": "fp32"}  # fmt: skip
     pre_flags = {"HAS_DLSE": True, "BLOCK_M": p.resident, "HEAD_D": head_d, "ACC_DTYPE": triton.language.float32}
-    dkdv = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "do_ptr": ptr, "dk_ptr": ptr, "dv_ptr": ptr, "lse2_ptr": acc, "delta_ptr": acc,
+    dkdv = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "do_ptr": ptr, "dk_ptr": ptr, "dv_ptr": ptr, "dq_acc_ptr": acc, "lse2_ptr": acc,
+            "delta_ptr": acc,
             **MASKS, **dict.fromkeys(STRIDES, "i32"), **dict.fromkeys(("Hq", "Hkv", "GROUP", "Nq", "Nk", "D"), "i32"), **SCALES}  # fmt: skip
     dq = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "do_ptr": ptr, "dq_ptr": ptr, "lse2_ptr": acc, "delta_ptr": acc, **MASKS,
           **dict.fromkeys(STRIDES, "i32"), **dict.fromkeys(("Hq", "GROUP", "Nq", "Nk", "D"), "i32"), **SCALES}  # fmt: skip
     return p, [
         ("preprocess", _compile(kernels._bwd_preprocess_kernel, pre, pre_flags, arch, p)),
-        ("dkdv", _compile(kernels._bwd_dkdv_kernel, dkdv, {**flags, "BLOCK_M": p.streamed, "BLOCK_N": p.resident}, arch, p)),
+        ("dkdv", _compile(kernels._bwd_dkdv_kernel, dkdv, {**flags, "BLOCK_M": p.streamed, "BLOCK_N": p.resident, "DQ_ATOMIC": p.dq_atomic}, arch, p)),
         ("dq", _compile(kernels._bwd_dq_kernel, dq, {**flags, "BLOCK_M": p.resident, "BLOCK_N": p.streamed, "EVEN_D": head_d == D}, arch, p)),
     ]
 

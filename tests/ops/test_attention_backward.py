@@ -316,6 +316,50 @@ def test_gpu_masks():
         assert max_rel_error(g, e) <= 2e-2
 
 
+def _direct_backward(q, k, v, causal, p, **masks):
+    """The forward's (O, lse) and the backward kernels launched directly under plan ``p``, against
+    the float64 reference: ``(grads, expected)``."""
+    key_ids, query_ids = mask_ids(masks.pop("key_padding_mask", None))
+    q, k, v = (t.detach() for t in (q, k, v))
+    do = torch.randn(q.shape, dtype=q.dtype, device=q.device)
+    o, lse = flash_attention_ref(q, k, v, causal, key_ids=key_ids, query_ids=query_ids, **masks)
+    got = attention_backward.flash_attention_bwd(do, None, q, k, v, o.to(q.dtype), lse, causal, q.shape[-1] ** -0.5, p,
+                                                 key_ids=key_ids, query_ids=query_ids, **masks)  # fmt: skip
+    expected = flash_attention_bwd_ref(do, q, k, v, causal, upcast=True, key_ids=key_ids, query_ids=query_ids, **masks)
+    return got, expected
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(2, 4, 2, 37, 53, 16), (1, 2, 1, 40, 29, 32), (1, 3, 3, 17, 17, 24)], ids=str)
+def test_atomic_dq_order(shape, causal, device):
+    """FlashAttention-2's other order (``BackwardPlan.dq_atomic``: dq added from the dK/dV loop with
+    atomics, no dQ kernel) gives the same gradients, GQA and padded head dims included; with
+    padding and kv_lens too."""
+    q, k, v = _leaves(*shape, torch.float32, device)
+    p = attention_backward.plan(shape[-1], torch.float32, torch.device(device))._replace(dq_atomic=True)
+    got, expected = _direct_backward(q, k, v, causal, p)
+    for name, g, e in zip(("dq", "dk", "dv"), got, expected, strict=True):
+        assert g.dtype == torch.float32 and not g.isnan().any(), name
+        assert max_rel_error(g, e) <= TOLERANCE[torch.float32], f"{name}: {max_rel_error(g, e):.2e}"
+    B, Nk = shape[0], shape[4]
+    padding = torch.ones(B, Nk, dtype=torch.bool, device=device)
+    padding[-1, : Nk // 3] = False
+    lens = torch.full((B,), Nk - 5, device=device, dtype=torch.int32)
+    got, expected = _direct_backward(q, k, v, causal, p, key_padding_mask=padding, kv_lens=lens)
+    for name, g, e in zip(("dq", "dk", "dv"), got, expected, strict=True):
+        assert max_rel_error(g, e) <= TOLERANCE[torch.float32], f"{name} (masks): {max_rel_error(g, e):.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_atomic_dq_order(causal):
+    q, k, v = _leaves(2, 8, 2, 1000, 1537, 128, torch.bfloat16, "cuda")
+    p = attention_backward.plan(128, torch.bfloat16, torch.device("cuda"))._replace(dq_atomic=True)
+    got, expected = _direct_backward(q, k, v, causal, p)
+    for g, e in zip(got, expected, strict=True):
+        assert max_rel_error(g, e) <= 2e-2
+
+
 # ----------------------------------------------------------------------------------------------
 # Compile-only, no GPU needed: the kernels build for an H200 and a T4
 # ----------------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ class BackwardPlan(NamedTuple):
     streamed: int
     num_warps: int
     num_stages: int
+    dq_atomic: bool = False  # dq added from the dK/dV loop with atomics, no dQ kernel (measured, not routed)
 
 
 INTERPRETER_BLOCK = 16
@@ -129,6 +130,7 @@ def flash_attention_bwd(do, dlse, q, k, v, o, lse, causal: bool, sm_scale: float
     _bwd_preprocess_kernel[(triton.cdiv(Nq, p.resident), B * Hq)](
         o, do, lse, lse if dlse is None else dlse, delta, lse2, *o.stride()[:3], *do.stride()[:3], Hq, Nq, D, *split_float(LOG2E),
         HAS_DLSE=dlse is not None, BLOCK_M=p.resident, **flags)  # fmt: skip
+    dq_acc = torch.zeros(B, Hq, Nq, head_d, dtype=acc, device=q.device) if p.dq_atomic else lse  # any pointer where off
     flags.update(HAS_LENS=kv_lens is not None, HAS_IDS=key_ids is not None, HAS_QIDS=query_ids is not None, CAUSAL=causal,
                  UPCAST=hardware.interpreting() and q.element_size() == 2, ROUND_BF16=round_bf16_by_hand(q.dtype),
                  IEEE_DOT=q.dtype == torch.float32, num_stages=p.num_stages)  # fmt: skip
@@ -137,8 +139,10 @@ def flash_attention_bwd(do, dlse, q, k, v, o, lse, causal: bool, sm_scale: float
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
     scales = (*split_float(sm_scale * LOG2E), *split_float(sm_scale))
     _bwd_dkdv_kernel[(triton.cdiv(Nk, p.resident), B * Hkv)](
-        q, k, v, do, dk, dv, lse2, delta, lens, kid, qid, *id_strides, *strides, Hq, Hkv, Hq // Hkv, Nq, Nk, D, *scales,
-        BLOCK_M=p.streamed, BLOCK_N=p.resident, **flags)  # fmt: skip
+        q, k, v, do, dk, dv, dq_acc, lse2, delta, lens, kid, qid, *id_strides, *strides, Hq, Hkv, Hq // Hkv, Nq, Nk, D, *scales,
+        BLOCK_M=p.streamed, BLOCK_N=p.resident, DQ_ATOMIC=p.dq_atomic, **flags)  # fmt: skip
+    if p.dq_atomic:
+        return (dq_acc[..., :D] * sm_scale).to(q.dtype), dk, dv
     _bwd_dq_kernel[(triton.cdiv(Nq, p.resident), B * Hq)](
         q, k, v, do, dq, lse2, delta, lens, kid, qid, *id_strides, *strides, Hq, Hq // Hkv, Nq, Nk, D, *scales,
         BLOCK_M=p.resident, BLOCK_N=p.streamed, EVEN_D=head_d == D, **flags)  # fmt: skip

@@ -23,6 +23,11 @@ Three kernels, FlashAttention-2's split of the work (no atomics):
 - :func:`_bwd_dq_kernel`, a program per (query block, batch · query head): it keeps ``q, dO`` and
   the ``dq`` accumulator and walks the key blocks, the forward's loop.
 
+FlashAttention-2's paper instead adds each step's piece of ``dq`` from the dK/dV loop into a float32
+buffer with atomics (five matmuls instead of seven, the additions in the L2 cache, the sum's order
+left to the hardware): ``DQ_ATOMIC``, a plan's choice (``BackwardPlan.dq_atomic``) for measuring the
+two orders against each other; the package's routed plans use the dQ kernel.
+
 Causal block skipping as in the forward (bottom-right diagonal, ``shift = Nk - Nq``): the dK/dV
 program starts at the first query block that sees its keys and masks only the blocks the diagonal
 crosses; the dQ program stops at its last visible key block. Masks beyond causal mirror the forward
@@ -120,6 +125,7 @@ def _dkdv_query_blocks(
     lse2_row,  # pointer to this (batch, query head)'s row 0 of lse2
     delta_row,  # and of δ
     qid_row,  # pointer to this batch row's query 0 id (HAS_QIDS)
+    dq_head,  # pointer to row 0 of this (batch, query head)'s float dq accumulator [Nq, HEAD_D] (DQ_ATOMIC)
     lo,  # the query range [lo, hi) walked, lo a multiple of BLOCK_M
     hi,
     Nq,
@@ -136,6 +142,7 @@ def _dkdv_query_blocks(
     ROUND_BF16: tl.constexpr,
     IEEE_DOT: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
+    DQ_ATOMIC: tl.constexpr = False,  # also add dS k into dq_head with atomics (FlashAttention-2's order)
 ):
     """Fold query blocks ``[lo, hi)`` of one query head into ``dk, dv`` (transposed tiles: keys are
     the rows). A query row past ``Nq`` loads zeros and ``lse2 = +inf``: its ``P`` is 0."""
@@ -167,6 +174,9 @@ def _dkdv_query_blocks(
         dp_t = _dot(v, tl.trans(do), None, IEEE_DOT)
         ds_t = _to_dot_input(p_t * (dp_t - delta[None, :]), q_head.dtype.element_ty, UPCAST, ROUND_BF16)
         dk = _dot(ds_t, q, dk, IEEE_DOT)
+        if DQ_ATOMIC:  # this key block's piece of dq = dS k (c applied when the sum is cast)
+            tl.atomic_add(dq_head + rows[:, None] * HEAD_D + dims[None, :], _dot(tl.trans(ds_t), k, None, IEEE_DOT),
+                          mask=tile_ok, sem="relaxed")  # fmt: skip
     return dk, dv
 
 
@@ -178,6 +188,7 @@ def _bwd_dkdv_kernel(
     do_ptr,
     dk_ptr,  # *dk [B, Hkv, Nk, D] contiguous, k's dtype
     dv_ptr,  # *dv likewise
+    dq_acc_ptr,  # *dq accumulator [B, Hq, Nq, HEAD_D] ACC_DTYPE, zeros (DQ_ATOMIC)
     lse2_ptr,  # the preprocess kernel's outputs [B, Hq, Nq]
     delta_ptr,
     kv_lens_ptr,  # the forward's masks (HAS_LENS, HAS_IDS, HAS_QIDS)
@@ -218,6 +229,7 @@ def _bwd_dkdv_kernel(
     ROUND_BF16: tl.constexpr,
     IEEE_DOT: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
+    DQ_ATOMIC: tl.constexpr = False,
 ):
     """Program (key block, batch · KV head): BLOCK_N rows of dk and dv, summed over the group's
     query heads. A key past the row's length or with a negative id gets 0 (its k, v are not loaded)."""
@@ -264,12 +276,13 @@ def _bwd_dkdv_kernel(
         q_head = q_ptr + b * q_sb + h * q_sh
         do_head = do_ptr + b * do_sb + h * do_sh
         row0 = (b * Hq + h) * Nq
+        dq_head = dq_acc_ptr + row0 * HEAD_D
         dk, dv = _dkdv_query_blocks(dk, dv, k, v, keys, kid, q_head, do_head, q_sn, do_sn, lse2_ptr + row0, delta_ptr + row0, qid_row,
-                                    lo, mid, Nq, D, causal_shift, qk_scale, qk_scale_lo, HAS_IDS, HAS_QIDS, True, BLOCK_M, HEAD_D,
-                                    UPCAST, ROUND_BF16, IEEE_DOT, ACC_DTYPE)  # fmt: skip
+                                    dq_head, lo, mid, Nq, D, causal_shift, qk_scale, qk_scale_lo, HAS_IDS, HAS_QIDS, True, BLOCK_M,
+                                    HEAD_D, UPCAST, ROUND_BF16, IEEE_DOT, ACC_DTYPE, DQ_ATOMIC)  # fmt: skip
         dk, dv = _dkdv_query_blocks(dk, dv, k, v, keys, kid, q_head, do_head, q_sn, do_sn, lse2_ptr + row0, delta_ptr + row0, qid_row,
-                                    mid, q_end, Nq, D, causal_shift, qk_scale, qk_scale_lo, HAS_IDS, HAS_QIDS, False, BLOCK_M,
-                                    HEAD_D, UPCAST, ROUND_BF16, IEEE_DOT, ACC_DTYPE)  # fmt: skip
+                                    dq_head, mid, q_end, Nq, D, causal_shift, qk_scale, qk_scale_lo, HAS_IDS, HAS_QIDS, False, BLOCK_M,
+                                    HEAD_D, UPCAST, ROUND_BF16, IEEE_DOT, ACC_DTYPE, DQ_ATOMIC)  # fmt: skip
     # A key that does not exist saw P = exp2(0 - lse2) from its zero k (inf if lse2 < -128): only its own row, dropped here.
     dk = tl.where(key_ok[:, None], _scaled(dk, sm_scale, sm_scale_lo, ACC_DTYPE), 0.0)
     dv = tl.where(key_ok[:, None], dv, 0.0)

@@ -2,10 +2,11 @@
 ``attention_backward.plan`` picks, to choose ``BACKWARD_TILES`` from measurements.
 
 At B = 4, 32 query heads over 8 KV heads, D = 128, bf16, N = 2048 and 4096, causal and not: the
-forward runs once (O and lse saved); then each (resident, streamed, num_warps, num_stages) in
-CANDIDATES runs ``attention_backward.flash_attention_bwd`` and is checked on dq, dk, dv against
-SDPA's math backend in float32 (a wrong plan is reported, not timed), then timed by device time
-(CUDA-graph replay) and do_bench; TFLOP/s count the backward as 2.5 forwards (FlashAttention's
+forward runs once (O and lse saved); then each (resident, streamed, num_warps, num_stages[,
+dq_atomic]) in CANDIDATES runs ``attention_backward.flash_attention_bwd`` (``dq_atomic``:
+FlashAttention-2's order, dq added from the dK/dV loop with atomics, no dQ kernel) and is checked
+on dq, dk, dv against SDPA's math backend in float32 (a wrong plan is reported, not timed), then
+timed by device time (CUDA-graph replay) and do_bench; TFLOP/s count the backward as 2.5 forwards (FlashAttention's
 convention: 3.5 for the step). Each compiled kernel's registers, spills and shared memory are read
 off Triton's cache after the run. SDPA's flash and cuDNN steps (forward + backward) are timed beside,
 and the picked plan's three kernels are timed apart under ``torch.profiler`` (where the time goes).
@@ -27,8 +28,9 @@ import triton
 
 CANDIDATES = toy(
     [(128, 32, 8, 3), (128, 64, 8, 2), (128, 32, 8, 2), (128, 32, 4, 3), (64, 32, 4, 3), (64, 64, 4, 2), (64, 32, 8, 3),
-     (128, 16, 8, 3), (64, 16, 4, 3), (64, 128, 4, 2), (64, 128, 8, 2), (64, 64, 8, 3)],
-    [(16, 16, 4, 1), (32, 16, 4, 1)],
+     (128, 16, 8, 3), (64, 16, 4, 3), (64, 128, 4, 2), (64, 128, 8, 2), (64, 64, 8, 3),
+     (64, 64, 4, 2, True), (64, 32, 4, 3, True), (128, 64, 8, 2, True), (128, 32, 8, 3, True)],
+    [(16, 16, 4, 1), (32, 16, 4, 1), (16, 16, 4, 1, True)],
 )  # fmt: skip
 SHAPES = toy([(4, 32, 8, n, 128, causal) for n in (2048, 4096) for causal in (False, True)], [(1, 4, 2, 40, 16, True)])
 DTYPE = toy(torch.bfloat16, torch.float32)
