@@ -62,7 +62,8 @@ def compile_backward(dtype: str, D: int, causal: bool, arch: int, shared: int):
           **dict.fromkeys(STRIDES, "i32"), **dict.fromkeys(("Hq", "GROUP", "Nq", "Nk", "D"), "i32"), **SCALES}  # fmt: skip
     return p, [
         ("preprocess", _compile(kernels._bwd_preprocess_kernel, pre, pre_flags, arch, p)),
-        ("dkdv", _compile(kernels._bwd_dkdv_kernel, dkdv, {**flags, "BLOCK_M": p.streamed, "BLOCK_N": p.resident, "DQ_ATOMIC": p.dq_atomic}, arch, p)),
+        ("dkdv", _compile(kernels._bwd_dkdv_kernel, dkdv, {**flags, "BLOCK_M": p.streamed, "BLOCK_N": p.resident,
+                                                           "DQ_ATOMIC": p.dq_atomic}, arch, p)),
         ("dq", _compile(kernels._bwd_dq_kernel, dq, {**flags, "BLOCK_M": p.resident, "BLOCK_N": p.streamed, "EVEN_D": head_d == D}, arch, p)),
     ]
 

@@ -55,8 +55,8 @@ INTERPRETER_BLOCK = 16
 BACKWARD_TILES = (
     # (resident, streamed, num_warps, num_stages), best first: the first that fits runs. On the H200
     # 64-key tiles over 4 warps were the fastest, about twice the 8-warp guess taken before any GPU
-    # run (benchmarks/NOTES.md, "2026-12-05 (session 20), issue 28: the Hopper forward and the
-    # backward's tiles"); the smaller tiles serve less shared memory (a T4).
+    # run; the smaller tiles serve less shared memory (a T4). Measured in benchmarks/NOTES.md,
+    # "2026-12-05 (session 20), issue 28: the Hopper forward and the backward's tiles".
     (64, 64, 4, 2),
     (64, 32, 4, 3),
     (128, 64, 8, 2),
