@@ -466,20 +466,28 @@ def test_gpu_compile_and_cuda_graphs(mode):
         torch.testing.assert_close(compiled(*args), model(*args), rtol=0, atol=0)
 
 
-@pytest.mark.gpu
-def test_gpu_hand_captured_cuda_graph():
-    static = _inputs(4, 32, 8, 1, 4096, 128, dtype=torch.bfloat16, device="cuda")  # decode: split + merge
+def _assert_graph_replays(shape):
+    """``flash_attention`` (causal, bf16) captured by hand in a CUDA graph over static inputs of
+    ``shape``, replayed after fresh inputs are copied in: the same answer as an eager call on them.
+    Returns the fresh inputs."""
+    static = _inputs(*shape, dtype=torch.bfloat16, device="cuda")
     flash_attention(*static, causal=True)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = flash_attention(*static, causal=True)
-    fresh = _inputs(4, 32, 8, 1, 4096, 128, dtype=torch.bfloat16, device="cuda")
+    fresh = _inputs(*shape, dtype=torch.bfloat16, device="cuda")
     for s, f in zip(static, fresh):
         s.copy_(f)
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, flash_attention(*fresh, causal=True), rtol=0, atol=0)
+    return fresh
+
+
+@pytest.mark.gpu
+def test_gpu_hand_captured_cuda_graph():
+    _assert_graph_replays((4, 32, 8, 1, 4096, 128))  # decode: split + merge
 
 
 @pytest.mark.gpu

@@ -22,7 +22,7 @@ from tritonforge.reference import flash_attention_ref
 
 from ..helpers import dtype_name as _name
 from ..helpers import nan_empty
-from .test_attention import _check, _inputs, _sliced_oracle
+from .test_attention import _assert_graph_replays, _check, _inputs, _sliced_oracle
 from .test_attention_masks import _oracle, _padding, _poison, _visible
 
 
@@ -143,19 +143,8 @@ def test_gpu_hopper_masks(kind, causal):
 def test_gpu_hopper_cuda_graph_and_compile():
     """A hand-captured CUDA graph replays the Hopper kernel on fresh inputs (its descriptors'
     scratch comes from the graph's pool); ``torch.compile`` with CUDA graphs matches eager."""
-    static = _inputs(2, 8, 2, 1024, 1024, 64, dtype=torch.bfloat16, device="cuda")
-    flash_attention(*static, causal=True)
-    assert last_plan().strategy.startswith("hopper") and hardware.device_capability(static[0].device)[0] == 9
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = flash_attention(*static, causal=True)
-    fresh = _inputs(2, 8, 2, 1024, 1024, 64, dtype=torch.bfloat16, device="cuda")
-    for s, f in zip(static, fresh):
-        s.copy_(f)
-    graph.replay()
-    torch.cuda.synchronize()
-    torch.testing.assert_close(out, flash_attention(*fresh, causal=True), rtol=0, atol=0)
+    fresh = _assert_graph_replays((2, 8, 2, 1024, 1024, 64))
+    assert last_plan().strategy.startswith("hopper") and hardware.device_capability(fresh[0].device)[0] == 9
     torch._dynamo.reset()
     compiled = torch.compile(lambda q, k, v: flash_attention(q, k, v, causal=True) * 2.0, fullgraph=True, mode="reduce-overhead")
     for _ in range(3):

@@ -7,7 +7,8 @@ r"""``tfg.flash_attention`` (chapter 7): attention without the ``Nq x Nk`` score
 - **decode** (:mod:`tritonforge.ops.attention_decode`), up to ``DECODE_MAX_QUERIES`` queries per
   head: the keys split into chunks over many programs, their partial results merged;
 - **Hopper prefill** (:mod:`tritonforge.ops.gpu.attention`), on an sm_90 GPU with 16-bit inputs and
-  head dims 64 or 128: the prefill algorithm with its tiles brought by the copy engine (TMA).
+  a head dim of its ``HOPPER_TILES`` (64): the prefill algorithm with its tiles brought by the copy
+  engine (TMA).
 
 :func:`plan` picks the path and its tiles; :func:`launcher` binds its kernels once per call
 signature. The backward is :mod:`tritonforge.ops.attention_backward`.
@@ -120,10 +121,14 @@ def flash_attention_fwd(q, k, v, causal: bool, sm_scale: float, p: Plan, kv_lens
     """Launch the forward for plan ``p``: ``(O, lse)``; ``kv_lens [B]``: batch b attends to its
     first ``kv_lens[b]`` keys only (None: all ``Nk``); ``key_ids [B, Nk]`` and ``query_ids [B, Nq]``
     (int32, unit stride along the sequence): query i sees key j only where their ids are equal
-    (no query ids: 0), and a negative key id is padding, seen by no query."""
+    (no query ids: 0), and a negative key id is padding, seen by no query. :func:`last_plan` then
+    says which plan ran (:func:`served_plan`)."""
     q, k, v = (_unit_head_stride(t) for t in (q, k, v))
     kv_lens, key_ids, query_ids = (None if t is None else t.contiguous() for t in (kv_lens, key_ids, query_ids))
-    return launcher(q, k, v, causal, sm_scale, p, kv_lens, key_ids, query_ids)(q, k, v, kv_lens, key_ids, query_ids)
+    p = served_plan(p, q, k, v)
+    out = launcher(q, k, v, causal, sm_scale, p, kv_lens, key_ids, query_ids)(q, k, v, kv_lens, key_ids, query_ids)
+    _LAST_PLAN["plan"] = p
+    return out
 
 
 def served_plan(p: Plan, q, k, v) -> Plan:
@@ -138,11 +143,11 @@ def launcher(q, k, v, causal: bool, sm_scale: float, p: Plan, kv_lens=None, key_
     """The launches of plan ``p`` for tensors of these shapes, strides, dtypes and device (unit
     stride along the head dimension), every decision taken now: a function of ``(q, k, v, kv_lens,
     key_ids, query_ids)`` that allocates the outputs and launches the kernels. Eager inference
-    keeps it for the next call of the same signature (:func:`attend`)."""
-    p = served_plan(p, q, k, v)
+    keeps it for the next call of the same signature (:func:`attend`). A Hopper plan must be one
+    these tensors can take (:func:`served_plan`)."""
     args = kernel_args(q, k, v, causal, sm_scale, p, kv_lens, key_ids, query_ids)
     if p.strategy.startswith("hopper"):
-        return gpu_attention.hopper_launcher(q, k, p, args, warp_specialize=p.strategy == "hopper-ws")
+        return gpu_attention.hopper_launcher(q, k, p, args)
     return (decode_launcher if p.strategy == "decode" else prefill_launcher)(q, k, p, args)
 
 
@@ -183,12 +188,8 @@ def _forward_routed(q, k, v, causal: bool, sm_scale: float, kv_lens=None, key_id
     p = plan(q.shape, k.shape, q.dtype, q.device)
     unsupported = refusal(q, p, "the kernel keeps a [BLOCK_M, D] tile in registers", "no tile fits")
 
-    def kernel():
-        out = flash_attention_fwd(q, k, v, causal, sm_scale, p, kv_lens, key_ids, query_ids)
-        _LAST_PLAN["plan"] = served_plan(p, q, k, v)
-        return out
-
-    return runtime.dispatch(OP, device=q.device, dtype=q.dtype, kernel=kernel,
+    return runtime.dispatch(OP, device=q.device, dtype=q.dtype,
+                            kernel=lambda: flash_attention_fwd(q, k, v, causal, sm_scale, p, kv_lens, key_ids, query_ids),
                             reference=lambda: _reference(q, k, v, causal, sm_scale, kv_lens, key_ids, query_ids),
                             unsupported=unsupported)  # fmt: skip
 

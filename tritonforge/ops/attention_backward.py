@@ -122,7 +122,6 @@ def flash_attention_bwd(do, dlse, q, k, v, o, lse, causal: bool, sm_scale: float
     dlse = None if dlse is None else dlse.to(acc).contiguous()
     delta = _empty(B, Hq, Nq, dtype=acc, device=q.device)
     lse2 = _empty(B, Hq, Nq, dtype=acc, device=q.device)
-    dq = _empty(B, Hq, Nq, D, dtype=q.dtype, device=q.device)
     dk = _empty(B, Hkv, Nk, D, dtype=k.dtype, device=k.device)
     dv = _empty(B, Hkv, Nk, D, dtype=v.dtype, device=v.device)
     head_d = max(16, triton.next_power_of_2(D))
@@ -143,6 +142,7 @@ def flash_attention_bwd(do, dlse, q, k, v, o, lse, causal: bool, sm_scale: float
         BLOCK_M=p.streamed, BLOCK_N=p.resident, DQ_ATOMIC=p.dq_atomic, **flags)  # fmt: skip
     if p.dq_atomic:
         return (dq_acc[..., :D] * sm_scale).to(q.dtype), dk, dv
+    dq = _empty(B, Hq, Nq, D, dtype=q.dtype, device=q.device)
     _bwd_dq_kernel[(triton.cdiv(Nq, p.resident), B * Hq)](
         q, k, v, do, dq, lse2, delta, lens, kid, qid, *id_strides, *strides, Hq, Hq // Hkv, Nq, Nk, D, *scales,
         BLOCK_M=p.resident, BLOCK_N=p.streamed, EVEN_D=head_d == D, **flags)  # fmt: skip

@@ -31,7 +31,7 @@ import torch
 
 from tritonforge import hardware, launches
 from tritonforge._triton import tl, triton
-from tritonforge.ops.attention_prefill import Plan
+from tritonforge.ops.attention_prefill import Plan, _finish_rows
 
 HEAD_DIMS = (64, 128)
 """Head dims the Hopper kernel can serve (a tile's row is one TMA box of 128 or 256 bytes); the
@@ -118,10 +118,8 @@ def _flash_attn_fwd_hopper_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, kv_lens_p
                                        q_ids, HAS_IDS, BLOCK_N, False, CAUSAL, STAGES, WARP_SPECIALIZE)  # fmt: skip
     acc, l_i, m_i = _hopper_key_blocks(acc, l_i, m_i, q, k_desc, v_desc, rows, unmasked, hi, Nk, causal_shift, qk_scale, k_ids,
                                        q_ids, HAS_IDS, BLOCK_N, True, CAUSAL, STAGES, False)  # fmt: skip
-    seen = l_i > 0.0
-    inv_l = tl.where(seen, 1.0 / tl.where(seen, l_i, 1.0), 0.0)
-    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, -float("inf"))
-    o_desc.store([start_m, 0], (acc * inv_l[:, None]).to(o_ptr.dtype.element_ty))
+    o, lse = _finish_rows(acc, l_i, m_i)
+    o_desc.store([start_m, 0], o.to(o_ptr.dtype.element_ty))
     tl.store(lse_ptr + bh.to(tl.int64) * Nq + rows, lse, mask=rows < Nq)
 
 
@@ -177,15 +175,16 @@ def _ensure_allocator() -> None:
         triton.set_allocator(_scratch)
 
 
-def hopper_launcher(q, k, p, args, warp_specialize: bool):
-    """The Hopper launch of plan ``p`` (``attention_prefill.Plan``, strategy "hopper"), with the
+def hopper_launcher(q, k, p, args):
+    """The Hopper launch of plan ``p`` (``attention_prefill.Plan``, strategy "hopper", or
+    "hopper-ws" for the warp-specialized loop), with the
     portable launcher's :class:`~tritonforge.ops.attention_prefill.KernelArgs`: a function of
     ``(q, k, v, kv_lens, key_ids, query_ids)`` returning ``(O, lse)``."""
     B, Hq, Nq, D = q.shape
     Nk, group = k.shape[2], q.shape[1] // k.shape[1]
     flags = {name: args.flags[name] for name in ("CAUSAL", "HAS_LENS", "HAS_IDS", "HAS_QIDS")}
     kernel = launches.bound_launch(_flash_attn_fwd_hopper_kernel, (triton.cdiv(Nq, p.block_m), B * Hq), BLOCK_M=p.block_m,
-                                   BLOCK_N=p.block_n, HEAD_D=D, STAGES=p.num_stages, WARP_SPECIALIZE=warp_specialize,
+                                   BLOCK_N=p.block_n, HEAD_D=D, STAGES=p.num_stages, WARP_SPECIALIZE=p.strategy == "hopper-ws",
                                    num_warps=p.num_warps, **flags)  # fmt: skip
     outputs, strides, id_strides, qk_scale = args.outputs, args.strides, args.id_strides, args.qk_scale[0]
 
