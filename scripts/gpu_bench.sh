@@ -18,7 +18,8 @@
 #               what `git rev-parse HEAD` says (a tree copied to a GPU machine can carry an older .git)
 #   WHEELS      a folder of wheels to install first into a private folder (default .whl): put
 #               Liger-Kernel's pure-Python wheel there (pip download --no-deps liger-kernel) to
-#               measure it; without it the Liger rows say "unavailable".
+#               measure it; without it the Liger rows say "unavailable", and a suite whose newest
+#               record has Liger rows writes to <results-dir>/incomplete/ and counts as failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

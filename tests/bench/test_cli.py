@@ -63,3 +63,40 @@ def test_cli_show_prints_the_committed_results():
     assert done.returncode == 0, done.stderr
     for suite in bench.SUITES:
         assert (f"## {suite}" in done.stdout) != (suite in AWAITING_FIRST_RECORD), suite
+
+
+def _run_cli_with(monkeypatch, tmp_path, measured: bench.Results, *extra: str) -> int:
+    """``main`` as on a GPU machine, with the suite's run replaced by ``measured``."""
+    from tritonforge.bench import cli
+
+    monkeypatch.setattr(cli.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cli, "run_suite", lambda *args, **kwargs: measured)
+    return cli.main(["rmsnorm", "--results-dir", str(tmp_path), *extra])
+
+
+def test_a_run_that_lost_a_peer_does_not_replace_the_record(monkeypatch, tmp_path, capsys):
+    """Liger's wheel not carried: the new run has no Liger rows, so it goes to incomplete/ and the
+    chapters' source (the newest record in the folder) keeps them; exit status 3 says so."""
+    full = tmp_path / "rmsnorm-nvidia-h200-2026-11-29.json"
+    bench.write_results(synthetic_results(), full)
+    partial = synthetic_results(date="2026-12-05T12:00:00+00:00")
+    for row in partial.where(impl="liger"):
+        row.update(status="unavailable", us=None, note="liger-kernel not importable")
+    assert bench.impls_lost(partial, tmp_path) == ["liger"]
+    assert _run_cli_with(monkeypatch, tmp_path, partial) == 3
+    assert "liger" in capsys.readouterr().err
+    assert (tmp_path / "incomplete" / "rmsnorm-nvidia-h200-2026-12-05.json").is_file()
+    assert not (tmp_path / "rmsnorm-nvidia-h200-2026-12-05.json").exists()
+    assert bench.load_results("rmsnorm", tmp_path).path == str(full)
+
+
+def test_a_full_run_becomes_the_newest_record(monkeypatch, tmp_path):
+    bench.write_results(synthetic_results(), tmp_path / "rmsnorm-nvidia-h200-2026-11-29.json")
+    newer = synthetic_results(date="2026-12-05T12:00:00+00:00")
+    assert bench.impls_lost(newer, tmp_path) == []
+    assert _run_cli_with(monkeypatch, tmp_path, newer) == 0
+    assert bench.load_results("rmsnorm", tmp_path).path == str(tmp_path / "rmsnorm-nvidia-h200-2026-12-05.json")
+    other = synthetic_results(date="2026-12-06T12:00:00+00:00")
+    other.metadata["device"] = "NVIDIA H100 80GB HBM3"
+    other.rows = [row for row in other.rows if row["impl"] != "liger"]
+    assert bench.impls_lost(other, tmp_path) == []  # another device's record is not this one's to keep

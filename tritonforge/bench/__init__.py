@@ -89,6 +89,7 @@ from tritonforge.bench.results import (
     default_results_path,
     device_slug,
     git_state,
+    impls_lost,
     json_safe,
     load_results,
     make_row,

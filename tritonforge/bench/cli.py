@@ -15,6 +15,7 @@ from tritonforge.bench.results import (
     DEFAULT_RESULTS_DIR,
     SUITES,
     default_results_path,
+    impls_lost,
     load_results,
     no_gpu_message,
     read_results,
@@ -107,8 +108,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     impls = [i.strip() for i in args.impls.split(",")] if args.impls else None
     command = " ".join(["python", "-m", "tritonforge.bench", *(sys.argv[1:] if argv is None else argv)])
     results = run_suite(args.suite, dtypes=args.dtype, shapes=args.shapes, impls=impls, quick=args.quick, command=command)
-    path = write_results(results, args.out or default_results_path(results.metadata, args.results_dir))
+    lost = [] if args.out else impls_lost(results, args.results_dir)
+    target = Path(args.out) if args.out else default_results_path(results.metadata, args.results_dir)
+    if lost:  # kept, but not where the chapters read: the newest record there still has these rows
+        target = target.parent / "incomplete" / target.name
+    path = write_results(results, target)
     results.path = str(path)
     print(results.table())
     print(f"\nwrote {path}")
+    if lost:
+        print(f"not a full record: {', '.join(lost)} timed in the newest record in {args.results_dir} but not here "
+              "(a peer's package missing, or --impls); written under incomplete/ so that the chapters keep the "
+              "full record. Carry the missing package (scripts/gpu_bench.sh: WHEELS) and run again, or pass --out.",
+              file=sys.stderr)  # fmt: skip
+        return 3
     return 0

@@ -379,6 +379,25 @@ def load_results(suite: Optional[str] = None, directory=DEFAULT_RESULTS_DIR) -> 
     return newest
 
 
+def impls_lost(results: Results, directory=DEFAULT_RESULTS_DIR) -> list[str]:
+    """The implementations that the newest record of ``results``' suite on the same device timed
+    ("ok" rows) and ``results`` does not: a peer whose package was absent (Liger's wheel not
+    carried), or a run narrowed with ``--impls``. Empty when nothing is lost or nothing is recorded.
+
+    :func:`load_results` takes the newest record as the chapters' source, so a record that lost a
+    peer would silently drop its rows from every chapter that cites them; the command line writes
+    such a run beside the records instead (``<directory>/incomplete/``)."""
+    suite = results.metadata["suite"]
+    try:
+        previous = load_results(suite, directory)
+    except FileNotFoundError:
+        return []
+    if previous.metadata.get("device") != results.metadata.get("device"):
+        return []
+    timed = lambda rows: {row["impl"] for row in rows if row["suite"] == suite and row["status"] == "ok"}  # noqa: E731
+    return sorted(timed(previous.rows) - timed(results.rows))
+
+
 def no_gpu_message(directory=DEFAULT_RESULTS_DIR) -> str:
     """What a request to measure says on a machine without a CUDA GPU, and where the records are."""
     folder = results_directory(directory)
