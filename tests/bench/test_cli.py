@@ -82,9 +82,10 @@ def test_a_run_that_lost_a_peer_does_not_replace_the_record(monkeypatch, tmp_pat
     partial = synthetic_results(date="2026-12-05T12:00:00+00:00")
     for row in partial.where(impl="liger"):
         row.update(status="unavailable", us=None, note="liger-kernel not importable")
-    assert bench.impls_lost(partial, tmp_path) == ["liger"]
+    assert {impl for impl, _, _ in bench.rows_lost(partial, tmp_path)} == {"liger"}
+    assert len(bench.rows_lost(partial, tmp_path)) == len(partial.where(impl="liger"))
     assert _run_cli_with(monkeypatch, tmp_path, partial) == 3
-    assert "liger" in capsys.readouterr().err
+    assert "liger float32: 2" in capsys.readouterr().err
     assert (tmp_path / "incomplete" / "rmsnorm-nvidia-h200-2026-12-05.json").is_file()
     assert not (tmp_path / "rmsnorm-nvidia-h200-2026-12-05.json").exists()
     assert bench.load_results("rmsnorm", tmp_path).path == str(full)
@@ -93,10 +94,13 @@ def test_a_run_that_lost_a_peer_does_not_replace_the_record(monkeypatch, tmp_pat
 def test_a_full_run_becomes_the_newest_record(monkeypatch, tmp_path):
     bench.write_results(synthetic_results(), tmp_path / "rmsnorm-nvidia-h200-2026-11-29.json")
     newer = synthetic_results(date="2026-12-05T12:00:00+00:00")
-    assert bench.impls_lost(newer, tmp_path) == []
+    assert bench.rows_lost(newer, tmp_path) == []
     assert _run_cli_with(monkeypatch, tmp_path, newer) == 0
     assert bench.load_results("rmsnorm", tmp_path).path == str(tmp_path / "rmsnorm-nvidia-h200-2026-12-05.json")
     other = synthetic_results(date="2026-12-06T12:00:00+00:00")
     other.metadata["device"] = "NVIDIA H100 80GB HBM3"
     other.rows = [row for row in other.rows if row["impl"] != "liger"]
-    assert bench.impls_lost(other, tmp_path) == []  # another device's record is not this one's to keep
+    assert bench.rows_lost(other, tmp_path) == []  # another device's record is not this one's to keep
+    narrowed = synthetic_results(date="2026-12-07T12:00:00+00:00")
+    narrowed.rows = [row for row in narrowed.rows if row["dtype"] != "bfloat16"]  # as --dtype fp32 would
+    assert {dtype for _, dtype, _ in bench.rows_lost(narrowed, tmp_path)} == {"bfloat16"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
@@ -15,11 +16,11 @@ from tritonforge.bench.results import (
     DEFAULT_RESULTS_DIR,
     SUITES,
     default_results_path,
-    impls_lost,
     load_results,
     no_gpu_message,
     read_results,
     results_directory,
+    rows_lost,
     write_results,
 )
 from tritonforge.bench.suites import run_suite
@@ -108,7 +109,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     impls = [i.strip() for i in args.impls.split(",")] if args.impls else None
     command = " ".join(["python", "-m", "tritonforge.bench", *(sys.argv[1:] if argv is None else argv)])
     results = run_suite(args.suite, dtypes=args.dtype, shapes=args.shapes, impls=impls, quick=args.quick, command=command)
-    lost = [] if args.out else impls_lost(results, args.results_dir)
+    lost = [] if args.out else rows_lost(results, args.results_dir)
     target = Path(args.out) if args.out else default_results_path(results.metadata, args.results_dir)
     if lost:  # kept, but not where the chapters read: the newest record there still has these rows
         target = target.parent / "incomplete" / target.name
@@ -117,9 +118,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(results.table())
     print(f"\nwrote {path}")
     if lost:
-        print(f"not a full record: {', '.join(lost)} timed in the newest record in {args.results_dir} but not here "
-              "(a peer's package missing, or --impls); written under incomplete/ so that the chapters keep the "
-              "full record. Carry the missing package (scripts/gpu_bench.sh: WHEELS) and run again, or pass --out.",
+        counts = Counter(f"{impl} {dtype}" for impl, dtype, _ in lost)
+        print(f"not a full record: {len(lost)} rows timed in the newest record in {args.results_dir} are not timed here "
+              f"({', '.join(f'{name}: {n}' for name, n in counts.items())}; a peer's package missing, or --impls/--dtype/"
+              "--shapes). Written under incomplete/, so that the chapters keep the full record. Carry the missing package "
+              "(scripts/gpu_bench.sh: WHEELS) and run again, or pass --out to write it where you say.",
               file=sys.stderr)  # fmt: skip
         return 3
     return 0

@@ -379,13 +379,14 @@ def load_results(suite: Optional[str] = None, directory=DEFAULT_RESULTS_DIR) -> 
     return newest
 
 
-def impls_lost(results: Results, directory=DEFAULT_RESULTS_DIR) -> list[str]:
-    """The implementations that the newest record of ``results``' suite on the same device timed
-    ("ok" rows) and ``results`` does not: a peer whose package was absent (Liger's wheel not
-    carried), or a run narrowed with ``--impls``. Empty when nothing is lost or nothing is recorded.
+def rows_lost(results: Results, directory=DEFAULT_RESULTS_DIR) -> list[tuple[str, str, tuple]]:
+    """The (impl, dtype, shape) rows that the newest record of ``results``' suite on the same
+    device timed ("ok") and ``results`` does not: a peer whose package was absent (Liger's wheel
+    not carried), or a run narrowed with ``--impls``, ``--dtype`` or ``--shapes``. Empty when
+    nothing is lost or nothing is recorded there.
 
-    :func:`load_results` takes the newest record as the chapters' source, so a record that lost a
-    peer would silently drop its rows from every chapter that cites them; the command line writes
+    :func:`load_results` takes the newest record as the chapters' source, so a record that lost
+    rows would silently drop them from every chapter that cites them; the command line writes
     such a run beside the records instead (``<directory>/incomplete/``)."""
     suite = results.metadata["suite"]
     try:
@@ -394,7 +395,10 @@ def impls_lost(results: Results, directory=DEFAULT_RESULTS_DIR) -> list[str]:
         return []
     if previous.metadata.get("device") != results.metadata.get("device"):
         return []
-    timed = lambda rows: {row["impl"] for row in rows if row["suite"] == suite and row["status"] == "ok"}  # noqa: E731
+
+    def timed(rows: list) -> set:
+        return {(row["impl"], row["dtype"], tuple(row["shape"])) for row in rows if row["suite"] == suite and row["status"] == "ok"}
+
     return sorted(timed(previous.rows) - timed(results.rows))
 
 
