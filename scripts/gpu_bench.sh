@@ -20,6 +20,8 @@
 #               Liger-Kernel's pure-Python wheel there (pip download --no-deps liger-kernel) to
 #               measure it; without it the Liger rows say "unavailable", and a suite whose newest
 #               record has Liger rows writes to <results-dir>/incomplete/ and counts as failed.
+#   TRITONFORGE_TRITON_TUTORIAL  Triton's 06-fused-attention.py, the attention suites' float16 peer
+#               (default .peers/06-fused-attention.py). scripts/fetch_peers.sh downloads both.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -356,3 +356,41 @@ def test_attention_costs():
     step = bench.OP_SPECS["attention-bwd"].cost((4, 32, 2048, 128, 1), torch.bfloat16)
     assert step.flops == 7 * causal.flops // 2 and step.bytes == 3 * causal.bytes and step.ceiling == "matmul"
     assert costs.causal_pairs(3, 7) == 5 + 6 + 7 and costs.causal_pairs(7, 3) == 1 + 2 + 3 and costs.causal_pairs(0, 5) == 0
+
+
+FAKE_TUTORIAL = '''
+import torch
+
+calls = []
+
+
+def attention(q, k, v, causal, sm_scale):  # the tutorial's signature; float32 math for the check
+    calls.append((q.dtype, causal, sm_scale))
+    out = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, scale=sm_scale)
+    return out.to(q.dtype)
+'''
+
+
+def test_the_triton_tutorial_peer_serves_only_what_it_was_written_for(tmp_path, monkeypatch):
+    """Triton's tutorial is loaded from the file the machine is given (here a stand-in with its
+    signature): float16 rows are checked and timed; other dtypes, grouped heads and decode are
+    ``unavailable`` with the reason, not errors; no file, or one that fails to import, says why."""
+    monkeypatch.setenv(bench.peers.TRITON_TUTORIAL_ENV, str(tmp_path / "absent.py"))
+    rows = bench.run_op_suite(bench.OP_SPECS["attention"], None, dtypes=[torch.float16], shapes=[(1, 2, 128, 16, 1)],
+                              impls=["triton-tutorial"], device="cpu", timer=FakeTimer())  # fmt: skip
+    assert rows[0]["status"] == "unavailable" and "fetch_peers.sh" in rows[0]["note"]
+    (tmp_path / "broken.py").write_text("raise ImportError('needs a GPU driver')\n")
+    assert "needs a GPU driver" in bench.peers.load_triton_tutorial_attention(str(tmp_path / "broken.py"))[1]
+
+    (tmp_path / "tutorial.py").write_text(FAKE_TUTORIAL)
+    monkeypatch.setenv(bench.peers.TRITON_TUTORIAL_ENV, str(tmp_path / "tutorial.py"))
+    cases = ((bench.OP_SPECS["attention"], torch.float16, (1, 2, 128, 16, 1), "ok", None),
+             (bench.OP_SPECS["attention-bwd"], torch.float16, (1, 2, 128, 16, 0), "ok", None),
+             (bench.OP_SPECS["attention"], torch.float32, (1, 2, 128, 16, 1), "unavailable", "float16 only"),
+             (bench.OP_SPECS["attention"], torch.float16, (1, 2, 96, 16, 0), "unavailable", "multiple of 128"),
+             (bench.OP_SPECS["attention-decode"], torch.float16, (1, 4, 2, 128, 16), "unavailable", "grouped heads"))  # fmt: skip
+    for spec, dtype, shape, status, reason in cases:
+        row = bench.run_op_suite(spec, None, dtypes=[dtype], shapes=[shape], impls=["triton-tutorial"], device="cpu",
+                                 timer=FakeTimer())[0]  # fmt: skip
+        assert row["status"] == status, (spec.suite, dtype, shape, row["note"])
+        assert reason is None or reason in row["note"]

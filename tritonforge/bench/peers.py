@@ -6,7 +6,10 @@
   (:func:`compile_fresh`), and on a GPU also under CUDA graphs (``mode="reduce-overhead"``,
   :func:`compile_cuda_graphs`) beside our own op compiled the same way;
 - Liger-Kernel, the library a user would pick for norms (:func:`load_liger_rms_norm`): a peer to
-  measure against, never a dependency.
+  measure against, never a dependency;
+- for attention, SDPA's backends and Triton's own fused-attention tutorial
+  (:func:`load_triton_tutorial_attention`), read from a file the bench machine is given, never
+  copied into this repository.
 
 Each ``*_implementations`` table maps a row name to a *maker* (a function returning ``fn`` for
 one row, so that compilation happens per row) or to a string saying why it is unavailable here.
@@ -15,13 +18,16 @@ one row, so that compilation happens per row) or to a string saying why it is un
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import inspect
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Optional
 
 import torch
 
-from tritonforge.bench.timing import describe_exception
+from tritonforge.bench.timing import NotServed, describe_exception
 
 RMSNORM_EPS = 1e-6
 AXPY_ALPHA = 1.5
@@ -299,10 +305,51 @@ def _sdpa_with(backend_name: str) -> Callable:
     return fn
 
 
+TRITON_TUTORIAL_ENV = "TRITONFORGE_TRITON_TUTORIAL"
+"""The environment variable naming the file of Triton's tutorial ``06-fused-attention.py``."""
+
+TRITON_TUTORIAL_DEFAULT = Path(__file__).resolve().parents[2] / ".peers" / "06-fused-attention.py"
+"""Where :func:`load_triton_tutorial_attention` looks when the variable is unset (ignored by git;
+``scripts/fetch_peers.sh`` downloads it there at the Triton tag the GPU machine runs)."""
+
+
+def load_triton_tutorial_attention(path: Optional[str] = None) -> tuple[Optional[Callable], Optional[str]]:
+    """Triton's fused-attention tutorial (``python/tutorials/06-fused-attention.py``, FlashAttention-2
+    with TMA on Hopper, autotuned, with its own backward) as ``fn(q, k, v, causal)``, or None and why not.
+
+    The module is imported from ``path`` (default: :data:`TRITON_TUTORIAL_ENV`, else
+    :data:`TRITON_TUTORIAL_DEFAULT`) and must define ``attention(q, k, v, causal, sm_scale)``. It is
+    a peer as written upstream, so ``fn`` raises :class:`~tritonforge.bench.timing.NotServed` for what
+    that kernel was not written for: a dtype other than float16 (it casts P to ``tl.float16``),
+    grouped heads, ``Nq != Nk`` (decode), or N not a multiple of 128 (its backward's block)."""
+    path = Path(path or os.environ.get(TRITON_TUTORIAL_ENV) or TRITON_TUTORIAL_DEFAULT)
+    if not path.is_file():
+        return None, f"Triton's tutorial kernel not given (no {path}; scripts/fetch_peers.sh downloads it)"
+    try:
+        spec = importlib.util.spec_from_file_location("triton_tutorial_fused_attention", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        attention = module.attention
+    except Exception as exc:  # noqa: BLE001 - any failure to import the file is the row's reason
+        return None, f"Triton's tutorial kernel did not import from {path} ({describe_exception(exc, limit=200)})"
+
+    def tutorial_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+        if q.dtype != torch.float16:
+            raise NotServed(f"the tutorial kernel computes in float16 only (P is cast to tl.float16), not {q.dtype}")
+        if q.shape[1] != k.shape[1]:
+            raise NotServed(f"the tutorial kernel has no grouped heads ({q.shape[1]} query heads over {k.shape[1]})")
+        if q.shape[2] != k.shape[2] or q.shape[2] % 128:
+            raise NotServed(f"the tutorial kernel needs Nq == Nk, a multiple of 128 (Nq={q.shape[2]}, Nk={k.shape[2]})")
+        return attention(q, k, v, causal, q.shape[-1] ** -0.5)
+
+    return tutorial_attention, None
+
+
 def attention_implementations(impls: Optional[Sequence[str]] = None, *, cuda_graphs: bool = False) -> dict:
     """name -> a maker of ``fn(q, k, v, causal)``: ours, HF's eager attention (every score in
-    memory), and SDPA pinned to its FlashAttention-2 and its cuDNN backend. No CUDA-graph rows:
-    the suites' device_us column is the time without host."""
+    memory), SDPA pinned to its FlashAttention-2 and its cuDNN backend, and Triton's tutorial
+    kernel where the machine was given it (float16 only). No CUDA-graph rows: the suites'
+    device_us column is the time without host."""
     from tritonforge.ops.attention import flash_attention
 
     table = {
@@ -311,4 +358,7 @@ def attention_implementations(impls: Optional[Sequence[str]] = None, *, cuda_gra
         "sdpa-flash": lambda: _sdpa_with("FLASH_ATTENTION"),
         "sdpa-cudnn": lambda: _sdpa_with("CUDNN_ATTENTION"),
     }
+    if impls is None or "triton-tutorial" in impls:  # imports the file only when the row is asked for
+        tutorial, tutorial_missing = load_triton_tutorial_attention()
+        table["triton-tutorial"] = (lambda: tutorial) if tutorial else tutorial_missing
     return {name: maker for name, maker in table.items() if impls is None or name in impls}

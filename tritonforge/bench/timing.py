@@ -26,6 +26,11 @@ from tritonforge import _triton  # noqa: F401  (first: decides TRITON_INTERPRET 
 from tritonforge.bench.costs import Ceilings, add_throughput
 from tritonforge.reference import TOLERANCE
 
+
+class NotServed(Exception):
+    """Raised by a peer for a case it does not serve (a dtype or shape its kernel was not written
+    for): the row says ``unavailable`` with the message, not ``error``. Ours never raises it."""
+
 Timer = Callable[..., float]  # timer(fn, grad_to_none=None) -> median microseconds
 
 DEVICE_TIME_REP_MS = 20
@@ -128,7 +133,7 @@ def measure(
     """Check one implementation, then time it; fill ``row`` and return it.
 
     ``check()`` runs the implementation once and returns its error against float64. A failure
-    there makes the row ``"error"``; an error above the dtype's tolerance makes it ``"wrong"``.
+    there makes the row ``"error"`` (``"unavailable"`` for :class:`NotServed`); an error above the dtype's tolerance makes it ``"wrong"``.
     Neither is timed: a fast wrong answer is not a result. ``device_timer`` (such as
     :func:`device_time_us`), when given, also fills ``device_us``; if it fails, the row keeps its
     timing and says why in ``note``.
@@ -137,6 +142,9 @@ def measure(
     row["tolerance"] = tolerance
     try:
         row["max_rel_err"] = check()
+    except NotServed as exc:
+        row.update(status="unavailable", note=str(exc))
+        return row
     except Exception as exc:  # noqa: BLE001 - one broken implementation must not stop the table
         row.update(status="error", note=describe_exception(exc))
         return row

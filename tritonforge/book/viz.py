@@ -53,6 +53,7 @@ COLORS = {  # one colour per implementation, in every chapter and every figure
     "sdpa-flash": "#17becf",
     "sdpa-cudnn": "#9467bd",
     "naive (eager)": "#8c564b",
+    "triton-tutorial": "#393b79",
     "tritonforge, 2 GPUs": "#e377c2",  # chapter 10: the tensor-parallel step
     "2 GPUs, collectives removed": "#f7b6d2",
     "collectives alone": "#bcbd22",
