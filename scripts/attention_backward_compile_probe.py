@@ -3,9 +3,13 @@
 64 KB), each dtype the device runs, head dims 64, 80, 128 and 256, causal and not.
 
 For each it prints the shared memory each compiled kernel asks for beside the device's limit and
-the plan's own estimate (``attention_backward.backward_tile_bytes``); a compile failure prints the
-compiler's last line and makes the exit status 1. Compile-only: nothing runs, nothing is timed
-(registers and spills are known only once a kernel loads on a device).
+the plan's own estimate (``attention_backward.backward_tile_bytes``), and each kernel's registers
+and spill bytes a thread as the binary states them (``cuobjdump``; spills sit in the stack frame);
+a compile failure prints the compiler's last line and makes the exit status 1. Compile-only:
+nothing runs, nothing is timed. The counts are this machine's Triton's, which can allocate very
+differently from the GPU machine's: Triton 3.9 here gives the dQ kernel 255 registers and spills
+where Triton 3.6 on the H200 gave it 122-185 and none (the tile sweep's record), so they say
+which tiles fit under this Triton, not how fast a tile runs there.
 
 Usage (any machine with Triton's NVIDIA backend, e.g. the book's CPU venv)::
 
@@ -23,6 +27,7 @@ os.environ["TRITON_INTERPRET"] = "0"  # compile, never interpret (before tritonf
 
 import torch  # noqa: E402
 
+from tritonforge.book.compile_ir import cubin_resources  # noqa: E402
 from tritonforge.ops import attention_backward as bwd  # noqa: E402
 from tritonforge.ops import attention_backward_kernels as kernels  # noqa: E402
 
@@ -88,8 +93,10 @@ def main(quick: bool) -> int:
             head_d = max(16, triton.next_power_of_2(D))
             estimate = bwd.backward_tile_bytes(p.resident, p.streamed, head_d, p.num_stages, TORCH_DTYPE[dtype].itemsize)
             used = ", ".join(f"{kind} {kernel.metadata.shared} B" for kind, kernel in compiled)
+            regs = ", ".join(f"{kind} {r.get('reg', '?')}/{r.get('stack', '?')} B" for kind, kernel in compiled
+                             for r in [cubin_resources(kernel.asm.get("cubin", b""))])  # fmt: skip
             print(f"ok    {name}: tile {p.resident}x{p.streamed} w{p.num_warps} s{p.num_stages}, shared {used} "
-                  f"(estimate {estimate}, limit {shared})")  # fmt: skip
+                  f"(estimate {estimate}, limit {shared}); registers/spilled a thread: {regs}")  # fmt: skip
             failures += max(kernel.metadata.shared for _, kernel in compiled) > shared
     return 1 if failures else 0
 

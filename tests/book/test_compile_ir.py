@@ -202,3 +202,13 @@ def test_summary_table_is_the_summary_as_a_table():
     table = records.summary_table("vector_add")
     assert table.header[:3] == ["kernel", "variant", "regs"] and len(table.rows) == len(records.summary("vector_add").splitlines()) - 1
     assert "4× ld.global.v4.b32<br>2× st.global.v4.b32" in table._repr_html_()  # one instruction per line
+
+
+def test_offline_spills_are_read_from_the_stack_frame():
+    """Offline there is no driver count: ptxas puts spilled registers in the thread's stack frame
+    (``STACK`` in cuobjdump's resource usage) while ``LOCAL`` stays 0, so 0 local bytes alone must
+    not read as "no spills" (the backward's dK/dV kernel: LOCAL 0, STACK 336 at D = 128)."""
+    assert compile_ir._spills({"n_spills": 3}) == "3"
+    assert compile_ir._spills({"local_bytes": 0, "stack_bytes": 0}) == "0"
+    assert compile_ir._spills({"local_bytes": 0, "stack_bytes": 336}) == "336 B stack"
+    assert compile_ir._spills({"local_bytes": 0}) == "-"

@@ -430,11 +430,13 @@ SUMMARY_HEADER = ("kernel", "variant", "regs", "spills", "shared B", "global loa
 
 
 def _spills(variant: dict) -> str:
+    """The driver's spill count; offline, the binary's per-thread stack frame, which is where
+    ptxas puts spilled registers in these kernels (``LOCAL`` stays 0 even when they spill)."""
     if variant.get("n_spills") is not None:
         return str(variant["n_spills"])
-    if variant.get("local_bytes") == 0:
-        return "0"  # no local memory at all, so nothing was spilled to it
-    return "-"
+    if variant.get("stack_bytes") is None:
+        return "-"
+    return "0" if variant["stack_bytes"] == 0 and not variant.get("local_bytes") else f"{variant['stack_bytes']} B stack"
 
 
 def record_compilation(device: str = "cuda", kernels: Optional[Sequence[str]] = None) -> CompileRecords:
@@ -578,7 +580,8 @@ def offline_records(arch: int) -> CompileRecords:
         info = describe_compiled(compiled)
         resources = cubin_resources(compiled.asm.get("cubin", b""))
         info["n_regs"] = resources.get("reg")
-        info["local_bytes"] = resources.get("local")  # 0: no register spills
+        info["local_bytes"] = resources.get("local")
+        info["stack_bytes"] = resources.get("stack")  # spilled registers land here: 0 means none
         variants.append({"kernel": v.kernel, "name": v.name, "description": v.description, **info})
     return CompileRecords(variants=variants, metadata=metadata)
 
