@@ -10,7 +10,6 @@ import dataclasses
 import datetime
 import os
 import pathlib
-import socket
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import tritonforge as tfg
+from tritonforge.book.tp_live import free_port
 from tritonforge.models.llama import GraphedDecoder, KVCache, Llama, LlamaConfig, greedy_steps
 from tritonforge.models.tensor_parallel import TensorParallelLlama, shard_plan
 from tritonforge.ops import attention
@@ -67,12 +67,6 @@ def test_sharding_needs_a_process_group():
         TensorParallelLlama(Llama(CONFIG))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _init(rank: int, world: int, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))  # fmt: skip
@@ -102,7 +96,7 @@ def _spawn(world: int, configs: list, tmp_path, monkeypatch) -> list[dict]:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("TRITONFORGE_STRICT", "1")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    mp.spawn(_rank, args=(world, _free_port(), configs, str(tmp_path)), nprocs=world, join=True)
+    mp.spawn(_rank, args=(world, free_port(), configs, str(tmp_path)), nprocs=world, join=True)
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
 
 
@@ -133,7 +127,7 @@ def test_one_rank_is_the_model_with_two_all_reduces_a_layer(monkeypatch):
     for name in calls:
         real = getattr(dist, name)
         monkeypatch.setattr(dist, name, lambda *a, _real=real, _name=name, **k: calls.__setitem__(_name, calls[_name] + 1) or _real(*a, **k))
-    _init(0, 1, _free_port())
+    _init(0, 1, free_port())
     try:
         model = Llama(CONFIG, seed=SEED)
         served = TensorParallelLlama(model)
@@ -183,6 +177,6 @@ def _graphed_rank(rank: int, world: int, port: int, out: str) -> None:
 def test_gpu_cuda_graph_decode_with_the_collectives_inside(tmp_path):
     """2 GPUs over NCCL: a decode step replayed from a CUDA graph, its collectives captured, gives
     the tokens of the same step run eagerly, on both ranks."""
-    mp.spawn(_graphed_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_graphed_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     saved = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert torch.equal(saved[0]["graphed"], saved[0]["eager"]) and torch.equal(saved[1]["graphed"], saved[0]["graphed"])

@@ -35,7 +35,8 @@ OPS = ("rms_norm", "rope", "flash_attention", "swiglu_mlp_front", "swiglu")
 """The ops a served layer calls through the package (the MLP front is one of the last two)."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (a process group's rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -54,7 +55,7 @@ def serve_on_ranks(config, world: int = 2, prompt_shape=(2, 12), new_tokens: int
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
-        job = {"config": dataclasses.asdict(config), "world": world, "port": _free_port(), "prompt_shape": list(prompt_shape),
+        job = {"config": dataclasses.asdict(config), "world": world, "port": free_port(), "prompt_shape": list(prompt_shape),
                "new_tokens": new_tokens, "seed": seed, "out": out}  # fmt: skip
         ranks = [subprocess.Popen([sys.executable, "-m", "tritonforge.book.tp_live", json.dumps(job), str(rank)], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(world)]  # fmt: skip
