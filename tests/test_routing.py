@@ -242,3 +242,45 @@ def test_a_device_the_interpreter_cannot_run_is_a_device_fallback():
     route = runtime.choose_route("rms_norm", torch.device("meta"))
     assert route.path == "torch" and route.reason == "device" and "meta" in route.detail
     assert runtime.choose_route("rms_norm", torch.device("cpu")).path == "interpreter"
+
+
+# -- a fallback decided while AOTAutograd traces -------------------------------------------------
+
+
+def _failing_launch(x):
+    raise RuntimeError("this launch cannot run on the tracer's fake tensors")
+
+
+def _routed_in_a_traced_backward(op_name: str):
+    """An operator whose registered backward routes in itself (no operator of its own): Dynamo
+    puts the operator in its graph, and AOTAutograd runs the backward's routing once, with fake
+    tensors, while it compiles the backward."""
+
+    @torch.library.custom_op(f"tritonforge_test::{op_name}", mutates_args=())
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        return x * 3.0
+
+    scale.register_fake(lambda x: torch.empty_like(x))
+
+    def backward(ctx, dy):
+        return runtime.dispatch(op_name, device=dy.device, dtype=dy.dtype, kernel=lambda: _failing_launch(dy),
+                                reference=lambda: dy * 3.0)  # fmt: skip
+
+    scale.register_autograd(backward)
+    return torch.compile(lambda x: scale(x).sum(), fullgraph=True, backend="aot_eager")
+
+
+def test_a_fallback_decided_while_aot_autograd_traces_is_not_silent():
+    """That trace is the only time the routing's Python runs (the compiled graph keeps the
+    reference), so strict routing must raise there, and otherwise it is warned and recorded."""
+    torch._dynamo.reset()
+    x = torch.randn(5, requires_grad=True)
+    with tfg.strict(True), pytest.raises(Exception, match="strict routing") as caught:
+        _routed_in_a_traced_backward("traced_backward_strict")(x).backward()
+    assert "decided while torch.compile traced" in str(caught.value)
+    torch._dynamo.reset()
+    with tfg.strict(False), pytest.warns(tfg.FallbackWarning, match="traced_backward_loose"):
+        _routed_in_a_traced_backward("traced_backward_loose")(x).backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 3.0))
+    assert tfg.last_route("traced_backward_loose").reason == "kernel-error"
+    torch._dynamo.reset()

@@ -130,9 +130,17 @@ def _fall_back(route: Route, cause: Optional[BaseException] = None) -> None:
     Inside a region ``torch.compile`` traces (a fallback decided in traced Python, such as a mask
     the kernels cannot serve), the strict check and the warning happen once, when Dynamo traces
     the call (:func:`_announce_while_tracing`, no lock, no graph break), and the record is a plain
-    dict store, which Dynamo replays on every run of the compiled graph."""
+    dict store, which Dynamo replays on every run of the compiled graph. A fallback decided while
+    AOTAutograd (or ``make_fx``) traces, which runs this Python once with fake tensors, is checked
+    and warned there and then: that trace is the only time it runs, so a kernel that fails there
+    (a launch traced outside an operator) becomes the reference in the compiled graph."""
     if torch.compiler.is_compiling():
-        _announce_while_tracing(route.op, route.reason or "", route.detail or "")
+        if torch.compiler.is_dynamo_compiling():
+            _announce_while_tracing(route.op, route.reason or "", route.detail or "")
+        elif is_strict():
+            raise FallbackError(_strict_message(route.op, route.reason, route.detail) + " (decided while torch.compile traced this call)") from cause
+        else:
+            _warn_once(route.op, route.reason or "", route.detail, stacklevel=5)
         record(route)
         return
     if is_strict():
@@ -267,7 +275,13 @@ def autograd_mode_unsupported(*tensors: torch.Tensor, vmap_ok: bool = True) -> O
     takes the op's PyTorch reference, which every transform differentiates correctly: a routed
     fallback (warned once; an error in strict mode), never a silent wrong answer. ``vmap``
     alone is served by the op's vmap rule (``vmap_ok``). Cheap when none of this is active:
-    two attribute reads."""
+    two attribute reads.
+
+    Inside a region ``torch.compile`` traces it answers ``None``, as the package's ops decide
+    (``launches.OpEntry.serve``): the graph holds the operator, and Dynamo cannot call the
+    functorch interpreter stack (``fullgraph=True`` would fail on it)."""
+    if torch.compiler.is_compiling():
+        return None
     if torch._C._functorch.peek_interpreter_stack() is not None:
         from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 

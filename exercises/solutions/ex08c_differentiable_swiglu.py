@@ -1,13 +1,15 @@
 """Solution to exercise 8c: a differentiable SwiGLU, right under every autograd mode.
 
-The order of :mod:`tritonforge.ops.swiglu` and :mod:`tritonforge.ops.rmsnorm_backward`: the
-forward operator routed under ``op_name``; its backward routed under ``backward_name`` between the
-backward kernel and the reference backward; under ``create_graph=True`` (grad mode on inside the
-backward) the reference backward through ``runtime.dispatch_reference(..., "autograd", ...)``,
-whose PyTorch ops autograd records, so second derivatives are exact; and in the public function,
-before the operator, the autograd modes an operator cannot serve (forward-mode AD, ``torch.func``
-transforms) sent to the reference, loudly (``runtime.autograd_mode_unsupported``). Every fallback is
-warned once and recorded, and raises ``FallbackError`` under strict routing.
+The order of :mod:`tritonforge.ops.swiglu`: the forward operator routed under ``op_name``; the
+backward an operator of its own, ``backward_name``, routed between the backward kernel and the
+reference backward, which ``register_autograd``'s backward calls, so that ``torch.compile``
+(AOTAutograd) sees one opaque node in the backward graph as it does in the forward; under
+``create_graph=True`` (grad mode on inside the backward, outside a compiled region) the reference
+backward through ``runtime.dispatch_reference(..., "autograd", ...)``, whose PyTorch ops autograd
+records, so second derivatives are exact; and in the public function, before the operator, the
+autograd modes an operator cannot serve (forward-mode AD, ``torch.func`` transforms) sent to the
+reference, loudly (``runtime.autograd_mode_unsupported``). Every fallback is warned once and
+recorded, and raises ``FallbackError`` under strict routing.
 """
 
 import torch
@@ -32,22 +34,30 @@ def register_swiglu(op_name: str, backward_name: str, launch, launch_backward):
     def _(gate, up):
         return torch.empty_like(gate, memory_format=torch.contiguous_format)
 
+    @torch.library.custom_op(backward_name, mutates_args=())
+    def swiglu_backward_op(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return runtime.dispatch(
+            backward_name, device=gate.device, dtype=gate.dtype,
+            kernel=lambda: launch_backward(dy, gate, up), reference=lambda: exercise.swiglu_backward_ref(dy, gate, up),
+        )  # fmt: skip
+
+    @swiglu_backward_op.register_fake
+    def _(dy, gate, up):
+        return torch.empty_like(gate, memory_format=torch.contiguous_format), torch.empty_like(up, memory_format=torch.contiguous_format)
+
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs)
 
     def backward(ctx, dy):
         gate, up = ctx.saved_tensors
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
             # create_graph=True: autograd records this backward, so it must be PyTorch ops (the
             # kernel's results would be constants to it: a second derivative of zero).
             return runtime.dispatch_reference(
                 backward_name, "autograd", "create_graph=True: the backward kernel is not differentiable; the reference is",
                 lambda: exercise.swiglu_backward_ref(dy, gate, up),
             )  # fmt: skip
-        return runtime.dispatch(
-            backward_name, device=gate.device, dtype=gate.dtype,
-            kernel=lambda: launch_backward(dy, gate, up), reference=lambda: exercise.swiglu_backward_ref(dy, gate, up),
-        )  # fmt: skip
+        return swiglu_backward_op(dy, gate, up)
 
     swiglu_op.register_autograd(backward, setup_context=setup_context)
 

@@ -306,7 +306,7 @@ def softmax_int_as_fallback(op_name, launch):
 
 
 def _swiglu_build(op_name, backward_name, launch, launch_backward, *, backward_route=None, create_graph="reference",
-                  routed_backward=True, forward_mode="reference"):  # fmt: skip
+                  routed_backward=True, forward_mode="reference", backward_operator=True):  # fmt: skip
     backward_route = backward_route or backward_name
 
     @torch.library.custom_op(op_name, mutates_args=())
@@ -316,12 +316,24 @@ def _swiglu_build(op_name, backward_name, launch, launch_backward, *, backward_r
 
     op.register_fake(lambda gate, up: torch.empty_like(gate, memory_format=torch.contiguous_format))
 
+    def kernel_backward(dy, gate, up):
+        if not routed_backward:
+            return launch_backward(dy, gate, up)
+        return runtime.dispatch(backward_route, device=gate.device, dtype=gate.dtype, kernel=lambda: launch_backward(dy, gate, up),
+                                reference=lambda: exercise.swiglu_backward_ref(dy, gate, up))  # fmt: skip
+
+    if backward_operator:
+        backward_op = torch.library.custom_op(backward_name, mutates_args=())(_typed_backward(kernel_backward))
+        backward_op.register_fake(lambda dy, gate, up: (torch.empty_like(gate), torch.empty_like(up)))
+        kernel_backward = backward_op
+
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs)
 
     def backward(ctx, dy):
         gate, up = ctx.saved_tensors
         recording = dy.requires_grad if create_graph == "by_requires_grad" else torch.is_grad_enabled()
+        recording = recording and not torch.compiler.is_compiling()
         if recording and create_graph == "silent":
             return exercise.swiglu_backward_ref(dy, gate, up)
         if recording and create_graph == "detached":
@@ -331,10 +343,7 @@ def _swiglu_build(op_name, backward_name, launch, launch_backward, *, backward_r
         if recording and create_graph in ("reference", "by_requires_grad"):
             return runtime.dispatch_reference(backward_name, "autograd", "create_graph=True",
                                               lambda: exercise.swiglu_backward_ref(dy, gate, up))  # fmt: skip
-        if not routed_backward:
-            return launch_backward(dy, gate, up)
-        return runtime.dispatch(backward_route, device=gate.device, dtype=gate.dtype, kernel=lambda: launch_backward(dy, gate, up),
-                                reference=lambda: exercise.swiglu_backward_ref(dy, gate, up))  # fmt: skip
+        return kernel_backward(dy, gate, up)
 
     op.register_autograd(backward, setup_context=setup_context)
 
@@ -350,6 +359,22 @@ def _swiglu_build(op_name, backward_name, launch, launch_backward, *, backward_r
         return op(gate, up)
 
     return swiglu
+
+
+def _typed_backward(body):
+    """``body`` with the annotations ``torch.library.custom_op`` reads its schema from."""
+
+    def swiglu_backward(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return body(dy, gate, up)
+
+    return swiglu_backward
+
+
+def swiglu_backward_not_an_operator(op_name, backward_name, launch, launch_backward):
+    """Routes the backward in the registered autograd function itself (no operator of its own):
+    right in eager mode, but AOTAutograd traces the launch with fake tensors (opcheck's AOT dispatch
+    test, a compiled training step)."""
+    return _swiglu_build(op_name, backward_name, launch, launch_backward, backward_operator=False)
 
 
 def swiglu_backward_under_forward_name(op_name, backward_name, launch, launch_backward):
@@ -590,6 +615,8 @@ SWIGLU_EXPECTED_FAILURES = {
     swiglu_create_graph_by_requires_grad: CREATE_GRAPH,
     swiglu_no_forward_mode_check: FORWARD_MODES,
     swiglu_forward_mode_silently: FORWARD_MODES,
+    swiglu_backward_not_an_operator: {"torch.library.opcheck: both operators (float32 3×24)",
+                                      "torch.compile(fullgraph=True, aot_eager): a training step"},
 }
 
 

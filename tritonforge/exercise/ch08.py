@@ -380,7 +380,13 @@ def _compile_or_error(fn, inputs) -> dict:
 
 def _describe_compile_error(exc: BaseException) -> str:
     """Dynamo's error in one line: its first line and its explanation (its last line is advice
-    about logging, which describe_exception would pick)."""
+    about logging, which describe_exception would pick); a FallbackError inside it (a fallback
+    decided while AOTAutograd traced, under strict routing) is the message itself."""
+    inner = exc
+    while inner is not None and not isinstance(inner, runtime.FallbackError):
+        inner = getattr(inner, "inner_exception", None) or inner.__cause__
+    if inner is not None:
+        return describe_exception(inner, limit=240)
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     explanation = [line for line in lines if line.startswith("Explanation:")]
     text = " ".join(lines[:1] + explanation[:1])
@@ -1360,6 +1366,109 @@ def _compare_swiglu_bad(got: dict, expected, inputs) -> Verdict:
     return _bad_input_verdict(got, "up", "bad input must raise before routing", wrong_error, "launch(gate, up)")
 
 
+# -- the operators under torch.library.opcheck and torch.compile ------------------------------------
+
+
+OPERATOR_HINT = (
+    "register the backward as an operator of its own, @torch.library.custom_op(backward_name, mutates_args=()) on "
+    "(dy, gate, up) -> tuple[torch.Tensor, torch.Tensor] whose body routes, with a fake; the registered autograd "
+    "backward calls it: AOTAutograd then traces a node, not the launch"
+)
+
+
+def _swiglu_opcheck_run(fn, inputs) -> dict:
+    gate, up, dy = (t.detach().clone() for t in inputs[:3])
+    op = _register_swiglu(fn)
+    forward, backward = _operator(op.name), _operator(op.backward_name)
+    if forward is None or backward is None:
+        return {"missing": [name for name, found in ((op.name, forward), (op.backward_name, backward)) if found is None]}
+    with runtime.strict(True), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = {
+            op.name: torch.library.opcheck(forward, (gate.requires_grad_(), up.requires_grad_()), raise_exception=False),
+            op.backward_name: torch.library.opcheck(backward, (dy, gate.detach(), up.detach()), raise_exception=False),
+        }
+    return {"results": results}
+
+
+def _compare_swiglu_opcheck(got: dict, expected, inputs) -> Verdict:
+    if "missing" in got:
+        missing = ", ".join("torch.ops." + name.replace("::", ".") for name in got["missing"])
+        return Verdict(False, None, f"no operator {missing}: {OPERATOR_HINT}")
+    parts = []
+    for name, result in got["results"].items():
+        for test, outcome in result.items():
+            if outcome != "SUCCESS":
+                text = describe_exception(outcome, limit=160) if isinstance(outcome, BaseException) else str(outcome)
+                parts.append(f"{name} {test}: {text}")
+    if not parts:
+        return Verdict(True, None, "both operators: schema, fake, autograd registration and AOT dispatch pass")
+    hint = f" ({OPERATOR_HINT})" if any("aot_dispatch" in part for part in parts) else ""
+    return Verdict(False, None, "opcheck failed: " + "; ".join(parts) + hint)
+
+
+def _swiglu_compile_step_run(fn, inputs) -> dict:
+    """Two steps of ``loss = <swiglu(2 gate, up), dy>`` under torch.compile(fullgraph=True, aot_eager)."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    gate, up, dy = (t.detach().clone() for t in inputs[:3])
+    op = _register_swiglu(fn)
+    aot_eager = lookup_backend("aot_eager")
+    graphs = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append(gm)
+        return aot_eager(gm, example_inputs)
+
+    def step(g, u):
+        return (op.public(g * 2.0, u) * dy).sum()
+
+    torch._dynamo.reset()
+    try:
+        with runtime.strict(True), torch._dynamo.config.patch(error_on_recompile=True), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = torch.compile(step, fullgraph=True, backend=recording_backend)
+            grads = []
+            for _ in range(2):
+                g, u = gate.clone().requires_grad_(), up.clone().requires_grad_()
+                compiled(g, u).backward()
+                grads.append((g.grad, u.grad))
+        targets = [str(node.target) for gm in graphs for node in gm.graph.nodes if node.op == "call_function"]
+        return {"grads": grads, "graphs": len(graphs), "targets": targets, **_swiglu_routes(op, [])}
+    except Exception as exc:  # noqa: BLE001 - a graph break or a traced launch: the verdict says which
+        return {"compile_error": _describe_compile_error(exc)}
+    finally:
+        torch._dynamo.reset()
+
+
+def _compare_swiglu_compile_step(got: dict, expected, inputs) -> Verdict:
+    if "compile_error" in got:
+        text = got["compile_error"]
+        return Verdict(False, None, f"torch.compile(fullgraph=True) of a training step failed: {text} ({_compile_hint(text)}; {OPERATOR_HINT})")
+    gate, up, dy = inputs[:3]
+    want = swiglu_backward_ref(dy, 2.0 * gate, up, upcast=True)
+    want = (2.0 * want[0], want[1])
+    problems: list[str] = []
+    worst = 0.0
+    for grads in got["grads"]:
+        for label, value, reference in zip(("dgate", "dup"), grads, want):
+            worst = max(worst, _compare_values(f"compiled {label}", value, reference, TOLERANCE[gate.dtype], problems))
+    op_target = got["name"].replace("::", ".") + ".default"
+    if got["graphs"] != 1:
+        problems.append(f"{got['graphs']} graphs captured, expected 1 (a recompile?)")
+    if op_target not in got["targets"]:
+        problems.append(f"the graph has no node {op_target}: the public function must call the registered operator")
+    for which, name, launches in (("forward", got["name"], got["launches"]), ("backward", got["backward_name"], got["backward_launches"])):
+        route = got["route" if which == "forward" else "backward_route"]
+        if route is None or route.path != _kernel_path():
+            problems.append(f"the compiled {which} recorded {_describe_route(route)} under {name}; expected {_kernel_path()}")
+        if launches != 2:
+            problems.append(f"the {which} kernel ran {launches} times in 2 compiled steps; expected once a step")
+    if problems:
+        return Verdict(False, worst or None, "; ".join(dict.fromkeys(problems)))
+    return Verdict(True, worst, f"one graph with {op_target}; both kernels served both compiled steps")
+
+
 def _swiglu_case(name, run, compare, shape, dtype, *, expected=_nothing, case_dtype=None) -> Case:
     return Case(name=name, inputs=lambda gen: _swiglu_inputs(shape, dtype, gen), run=run, expected=expected, compare=compare, dtype=case_dtype)
 
@@ -1368,7 +1477,8 @@ def swiglu_cases() -> list[Case]:
     """The cases of exercise 8c: the forward and the backward served by their kernels (the
     backward routed under its own name), double backward (create_graph=True: the reference backward,
     second derivatives exact in float64; strict: FallbackError), forward-mode AD, torch.func.jvp
-    and torch.func.grad (the reference, loudly; strict: FallbackError), and a bad input."""
+    and torch.func.grad (the reference, loudly; strict: FallbackError), a bad input, both operators
+    under ``torch.library.opcheck``, and a training step under ``torch.compile(fullgraph=True)``."""
     return [
         _swiglu_case("float32 4×40: forward by the kernel", _swiglu_forward_run, _compare_swiglu_forward, (4, 40), torch.float32),
         _swiglu_case(
@@ -1390,6 +1500,10 @@ def swiglu_cases() -> list[Case]:
         ),
         _swiglu_case("float64 4×10, torch.func.grad", _func_grad_run, _compare_func_grad, (4, 10), torch.float64),
         _swiglu_case("bad input: up of another shape", _swiglu_bad_run, _compare_swiglu_bad, (3, 16), torch.float32),
+        _swiglu_case("torch.library.opcheck: both operators (float32 3×24)", _swiglu_opcheck_run, _compare_swiglu_opcheck, (3, 24),
+                     torch.float32),
+        _swiglu_case("torch.compile(fullgraph=True, aot_eager): a training step", _swiglu_compile_step_run, _compare_swiglu_compile_step,
+                     (4, 40), torch.float32),
     ]  # fmt: skip
 
 

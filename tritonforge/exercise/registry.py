@@ -322,11 +322,12 @@ REGISTRY: tuple[Exercise, ...] = (
         "``fn(op_name, backward_name, launch, launch_backward)`` registers a differentiable, routed ``swiglu(gate, up)``: "
         "forward and backward by their kernels (the backward under its own name), create_graph=True through the reference "
         "backward (second derivatives exact in float64), forward-mode AD, torch.func.jvp and torch.func.grad through the "
-        "reference, loudly, never zeros; FallbackError under strict routing.",
+        "reference, loudly, never zeros; FallbackError under strict routing; the backward an operator of its own, so that "
+        "opcheck and a training step under torch.compile(fullgraph=True) pass.",
         (
             "swiglu_backward_under_forward_name", "swiglu_backward_not_routed", "swiglu_kernel_under_create_graph",
             "swiglu_create_graph_silently", "swiglu_detached_reference_under_create_graph", "swiglu_create_graph_by_requires_grad",
-            "swiglu_no_forward_mode_check", "swiglu_forward_mode_silently",
+            "swiglu_no_forward_mode_check", "swiglu_forward_mode_silently", "swiglu_backward_not_an_operator",
         ),
     ),
     Exercise(
