@@ -7,9 +7,10 @@ the plan's own estimate (``attention_backward.backward_tile_bytes``), and each k
 and spill bytes a thread as the binary states them (``cuobjdump``; spills sit in the stack frame);
 a compile failure prints the compiler's last line and makes the exit status 1. Compile-only:
 nothing runs, nothing is timed. The counts are this machine's Triton's, which can allocate very
-differently from the GPU machine's: Triton 3.9 here gives the dQ kernel 255 registers and spills
-where Triton 3.6 on the H200 gave it 122-185 and none (the tile sweep's record), so they say
-which tiles fit under this Triton, not how fast a tile runs there.
+differently from the GPU machine's: Triton 3.9 here gives the dQ kernel 255 registers and
+spills at most of the tile sweep's tiles, where Triton 3.6 on the H200 gave it 122-185 registers
+and no spills at most of them (the sweep's record), so they say which tiles fit under this
+Triton, not how fast a tile runs there.
 
 Usage (any machine with Triton's NVIDIA backend, e.g. the book's CPU venv)::
 
