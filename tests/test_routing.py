@@ -284,3 +284,25 @@ def test_a_fallback_decided_while_aot_autograd_traces_is_not_silent():
     torch.testing.assert_close(x.grad, torch.full_like(x, 3.0))
     assert tfg.last_route("traced_backward_loose").reason == "kernel-error"
     torch._dynamo.reset()
+
+
+def test_a_kernel_error_while_dynamo_traces_names_the_op_under_strict_routing():
+    """An autograd.Function's backward is traced by Dynamo itself: a launch that fails there (the
+    interpreter's, or one on fake tensors) is a FallbackError naming the op, not an error about a
+    message Dynamo cannot fold into a constant."""
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 3.0
+
+        @staticmethod
+        def backward(ctx, dy):
+            return runtime.dispatch("dynamo_traced_backward", device=dy.device, dtype=dy.dtype, kernel=lambda: _failing_launch(dy),
+                                    reference=lambda: dy * 3.0)  # fmt: skip
+
+    torch._dynamo.reset()
+    step = torch.compile(lambda x: Scale.apply(x).sum(), fullgraph=True, backend="aot_eager")
+    with tfg.strict(True), pytest.raises(Exception, match="dynamo_traced_backward: the Triton path is unavailable"):
+        step(torch.randn(5, requires_grad=True)).backward()
+    torch._dynamo.reset()

@@ -253,7 +253,11 @@ def dispatch(
     try:
         out = kernel()  # check 4: compile and launch errors surface here
     except Exception as exc:  # noqa: BLE001 - any kernel failure is a routing event, never silent
-        _fall_back(Route(op, "torch", "kernel-error", f"{type(exc).__name__}: {exc}"), cause=exc)
+        if torch.compiler.is_dynamo_compiling():  # Dynamo can fold the type's name, not the message, into a constant
+            detail = f"{type(exc).__name__} while torch.compile traced the launch (route inside a torch.library operator)"
+        else:
+            detail = f"{type(exc).__name__}: {exc}"
+        _fall_back(Route(op, "torch", "kernel-error", detail), cause=exc)
         return reference()
     record(route)
     return out
