@@ -124,7 +124,8 @@ class OpEntry:
 
     1. **traced by Dynamo** (``torch.compile``): the graph holds the operator — ``train`` when a
        gradient may be asked for, else ``op``; a gradient the kernels have no rule for
-       (``grad_inputs``) traces the reference instead;
+       (``grad_inputs``) traces the reference instead, and so does forward-mode AD
+       (``torch.func.jvp``), a routed fallback;
     2. **empty input** (``empty``): nothing to launch, the reference's (differentiable) empty answer;
     3. **an autograd mode the kernels cannot serve** (forward-mode AD, ``torch.func`` transforms
        other than ``vmap``, ``vmap`` when ``vmap`` is False or a gradient is needed, a gradient for
@@ -158,6 +159,9 @@ class OpEntry:
         if torch.compiler.is_compiling():
             if other_grad:
                 return self.reference(*args)
+            mode = runtime.autograd_mode_unsupported()  # traced: forward-mode AD (torch.func.jvp) only
+            if mode is not None:
+                return runtime.dispatch_reference(self.name, "autograd", mode, lambda: self.reference(*args))
             return (self.train or self.op)(*args) if needs_grad else self.op(*args)
         if self.empty and tensors[0].numel() == 0:
             runtime.record_empty(self.name)

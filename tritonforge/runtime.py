@@ -281,10 +281,15 @@ def autograd_mode_unsupported(*tensors: torch.Tensor, vmap_ok: bool = True) -> O
     alone is served by the op's vmap rule (``vmap_ok``). Cheap when none of this is active:
     two attribute reads.
 
-    Inside a region ``torch.compile`` traces it answers ``None``, as the package's ops decide
-    (``launches.OpEntry.serve``): the graph holds the operator, and Dynamo cannot call the
-    functorch interpreter stack (``fullgraph=True`` would fail on it)."""
+    Inside a region ``torch.compile`` traces, Dynamo cannot call the functorch interpreter stack
+    (``fullgraph=True`` would fail on it), but it does follow the forward-mode AD level, which
+    ``torch.func.jvp`` raises too: a call there takes the reference (a compiled jvp through the
+    operator would otherwise get zero tangents). ``torch.func.grad`` over an operator raises under
+    compile; ``vmap`` is the operator's rule."""
     if torch.compiler.is_compiling():
+        if torch.autograd.forward_ad._current_level >= 0:
+            return ("forward-mode AD (torch.func.jvp or a dual tensor) under torch.compile: the kernels have no jvp; "
+                    "the PyTorch reference carries the tangent")  # fmt: skip
         return None
     if torch._C._functorch.peek_interpreter_stack() is not None:
         from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters

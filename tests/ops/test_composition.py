@@ -231,6 +231,42 @@ def test_torch_func_grad_and_jvp_are_right_or_raise(op, transform, device):
 
 
 @pytest.mark.parametrize("op", OPS, ids=IDS)
+@pytest.mark.parametrize("transform", ["jvp", "make_dual", "grad"])
+def test_transforms_inside_torch_compile_are_right_or_raise(op, transform, device):
+    """The same transforms inside a compiled region (``aot_eager``): the graph would hold the
+    operator, which has no forward-mode rule, so a compiled jvp gave zero tangents until the
+    traced call took the reference for forward-mode AD; ``torch.func.grad`` raises there."""
+    inputs = op.make(torch.float64, device)
+    rest = inputs[1:]
+    tangent = torch.randn_like(inputs[0])
+
+    def run(fn, x):
+        if transform == "jvp":
+            return torch.func.jvp(lambda a: fn(a, *rest), (x,), (tangent,))[1]
+        if transform == "make_dual":
+            with fwAD.dual_level():
+                return fwAD.unpack_dual(fn(fwAD.make_dual(x, tangent), *rest)).tangent
+        return torch.func.grad(lambda a: fn(a, *rest).pow(2).sum())(x)
+
+    expected = run(op.ref, inputs[0])
+    assert expected.abs().max() > 1e-3  # a real derivative, so zeros would fail
+    torch._dynamo.reset()
+    try:
+        with tfg.strict(False), warnings.catch_warnings():
+            warnings.simplefilter("ignore", tfg.FallbackWarning)
+            try:
+                got = torch.compile(lambda x: run(op.call, x), backend="aot_eager")(inputs[0])
+            except Exception as exc:  # loud is allowed; only a wrong answer is not
+                assert transform == "grad", f"compiled {transform} raised: {exc}"
+                return
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+        if transform != "grad":
+            assert tfg.last_route(op.name).reason == "autograd"
+    finally:
+        torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
 def test_vmap_runs_the_kernels(op, device):
     """vmap is served by each operator's vmap rule, on the kernel path (strict: no fallback)."""
     arity = len(op.make(torch.float32, device))
