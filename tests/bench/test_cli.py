@@ -101,6 +101,10 @@ def test_a_full_run_becomes_the_newest_record(monkeypatch, tmp_path):
     other.metadata["device"] = "NVIDIA H100 80GB HBM3"
     other.rows = [row for row in other.rows if row["impl"] != "liger"]
     assert bench.rows_lost(other, tmp_path) == []  # another device's record is not this one's to keep
+    everything = synthetic_results(date="2026-12-07T12:00:00+00:00")  # `all`: the metadata names no one suite
+    everything.metadata["suite"] = "all"
+    everything.rows = [row for row in everything.rows if row["impl"] != "liger"]
+    assert {impl for impl, _, _ in bench.rows_lost(everything, tmp_path)} == {"liger"}
     narrowed = synthetic_results(date="2026-12-07T12:00:00+00:00")
     narrowed.rows = [row for row in narrowed.rows if row["dtype"] != "bfloat16"]  # as --dtype fp32 would
     assert {dtype for _, dtype, _ in bench.rows_lost(narrowed, tmp_path)} == {"bfloat16"}

@@ -380,26 +380,29 @@ def load_results(suite: Optional[str] = None, directory=DEFAULT_RESULTS_DIR) -> 
 
 
 def rows_lost(results: Results, directory=DEFAULT_RESULTS_DIR) -> list[tuple[str, str, tuple]]:
-    """The (impl, dtype, shape) rows that the newest record of ``results``' suite on the same
-    device timed ("ok") and ``results`` does not: a peer whose package was absent (Liger's wheel
-    not carried), or a run narrowed with ``--impls``, ``--dtype`` or ``--shapes``. Empty when
-    nothing is lost or nothing is recorded there.
+    """The (impl, dtype, shape) rows that the newest record of each suite in ``results`` (the run's
+    own, its ceilings, or every suite of ``all``) on the same device timed ("ok") and ``results``
+    does not: a peer whose package was absent (Liger's wheel not carried), or a run narrowed with
+    ``--impls``, ``--dtype``, ``--shapes`` or ``--quick``. Empty when nothing is lost or nothing is
+    recorded there.
 
     :func:`load_results` takes the newest record as the chapters' source, so a record that lost
     rows would silently drop them from every chapter that cites them; the command line writes
     such a run beside the records instead (``<directory>/incomplete/``)."""
-    suite = results.metadata["suite"]
-    try:
-        previous = load_results(suite, directory)
-    except FileNotFoundError:
-        return []
-    if previous.metadata.get("device") != results.metadata.get("device"):
-        return []
+    lost: set = set()
+    for suite in sorted({row["suite"] for row in results.rows}):
+        try:
+            previous = load_results(suite, directory)
+        except FileNotFoundError:
+            continue
+        if previous.metadata.get("device") != results.metadata.get("device"):
+            continue
 
-    def timed(rows: list) -> set:
-        return {(row["impl"], row["dtype"], tuple(row["shape"])) for row in rows if row["suite"] == suite and row["status"] == "ok"}
+        def timed(rows: list, suite=suite) -> set:
+            return {(row["impl"], row["dtype"], tuple(row["shape"])) for row in rows if row["suite"] == suite and row["status"] == "ok"}
 
-    return sorted(timed(previous.rows) - timed(results.rows))
+        lost |= timed(previous.rows) - timed(results.rows)
+    return sorted(lost)
 
 
 def no_gpu_message(directory=DEFAULT_RESULTS_DIR) -> str:
