@@ -206,3 +206,18 @@ def test_git_commit_can_be_declared_for_a_copied_tree(monkeypatch):
     assert bench.git_state() == (sha, None)
     monkeypatch.setenv(bench.GIT_COMMIT_ENV, "HEAD")
     assert bench.git_state()[0] != "HEAD"
+
+
+def test_every_results_folder_a_chapter_reads_ships_with_the_package():
+    """A chapter that reads a subfolder of benchmarks/results (chapter 9 e2e/, chapter 3 long-rows/)
+    must find it in a pip install too: the folder is in the package data."""
+    import json
+
+    tomllib = pytest.importorskip("tomllib")
+    packaged = tomllib.loads((bench.REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["tritonforge.recorded"]
+    folders = [p.name for p in (bench.REPO_ROOT / "benchmarks" / "results").iterdir() if p.is_dir() and any(p.glob("*.json"))]
+    for notebook in sorted((bench.REPO_ROOT / "chapters").glob("*.ipynb")):
+        code = "".join("".join(c["source"]) for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code")
+        for folder in folders:
+            if f'"{folder}"' in code or f"/{folder}/" in code:
+                assert f"{folder}/*.json" in packaged, f"{notebook.name} reads benchmarks/results/{folder}/, which pyproject.toml does not package"
