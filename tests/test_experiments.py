@@ -346,6 +346,10 @@ def test_attention_bwd_tiles(tmp_path):
     ours = [r for r in rows if r["impl"] == "tritonforge-bwd"]
     assert len(ours) == 3 and all("error" not in r and r["err"] < 1e-5 and r["device_us"] > 0 for r in ours), ours
     assert [r["impl"] for r in rows if r["impl"] == "tritonforge-fwd"] == ["tritonforge-fwd"]
+    run_toy("attention/attention_bwd_tiles.py", str(out), "d64")  # D = 32 in the toy: the mode's tiles, atomic dq among them
+    ours = [r for r in read_json(out)["rows"] if r["impl"] == "tritonforge-bwd"]
+    assert [r["plan"] for r in ours] == [[32, 16, 4, 1], [16, 16, 4, 1, True]] and all(r["shape"][4] == 32 for r in ours), ours
+    assert all("error" not in r and r["err"] < 1e-5 and r["device_us"] > 0 for r in ours), ours
 
 
 def test_row_schedules(tmp_path):

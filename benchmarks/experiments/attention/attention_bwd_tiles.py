@@ -11,8 +11,12 @@ convention: 3.5 for the step). Each compiled kernel's registers, spills and shar
 off Triton's cache after the run. SDPA's flash and cuDNN steps (forward + backward) are timed beside,
 and the picked plan's three kernels are timed apart under ``torch.profiler`` (where the time goes).
 
-Usage (CUDA GPU, repository root): python benchmarks/experiments/attention/attention_bwd_tiles.py OUT.json
-Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/attention/attention_bwd_tiles.py OUT.json
+Mode ``d64`` (a second argument): at D = 64, N = 4096, where the accumulators take half the
+registers of D = 128 and ``BACKWARD_TILES``' order (chosen at D = 128) may not hold: 128-key
+tiles beside the 64-key ones.
+
+Usage (CUDA GPU, repository root): python benchmarks/experiments/attention/attention_bwd_tiles.py OUT.json [all|d64]
+Toy run: TRITONFORGE_SMOKE=1 python benchmarks/experiments/attention/attention_bwd_tiles.py OUT.json [all|d64]
 """
 
 import json
@@ -34,6 +38,14 @@ CANDIDATES = toy(
 )  # fmt: skip
 SHAPES = toy([(4, 32, 8, n, 128, causal) for n in (2048, 4096) for causal in (False, True)], [(1, 4, 2, 40, 16, True)])
 DTYPE = toy(torch.bfloat16, torch.float32)
+
+if len(sys.argv) > 2 and sys.argv[2] == "d64":
+    SHAPES = toy([(4, 32, 8, 4096, 64, causal) for causal in (False, True)], [(1, 4, 2, 40, 32, True)])
+    CANDIDATES = toy([(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 3), (128, 32, 8, 3),
+                      (128, 128, 8, 2), (64, 64, 4, 2, True), (128, 64, 8, 2, True)],
+                     [(32, 16, 4, 1), (16, 16, 4, 1, True)])  # fmt: skip
+elif len(sys.argv) > 2 and sys.argv[2] != "all":
+    sys.exit(f"mode {sys.argv[2]!r}: all (default) or d64")
 
 
 def sdpa_step(q, k, v, do, causal, backend=None):
