@@ -328,8 +328,12 @@ def _compare_opcheck(got: dict, expected, inputs) -> Verdict:
 # -- torch.compile ------------------------------------------------------------------------------
 
 
-def _compile_run(public: Callable, name: str, launch: _CountedLaunch, inputs) -> dict:
-    x, residual, alpha = inputs
+@contextlib.contextmanager
+def _compiled_fullgraph(fn: Callable):
+    """``fn`` under ``torch.compile(fullgraph=True)`` with the ``aot_eager`` backend, strict routing,
+    a recompile an error and warnings silenced: yields ``(compiled, graphs)``, ``graphs`` filling
+    with each graph Dynamo captures. Dynamo's cache is reset before (the same code object met another
+    op name before) and after (dropping the compiled graph and its hold on the learner's op)."""
     from torch._dynamo.backends.registry import lookup_backend
 
     aot_eager = lookup_backend("aot_eager")
@@ -339,22 +343,46 @@ def _compile_run(public: Callable, name: str, launch: _CountedLaunch, inputs) ->
         graphs.append(gm)
         return aot_eager(gm, example_inputs)
 
-    def model(a, b):  # work before and after the op, as in a model
-        return public(a * 2.0, b, alpha) + 1.0
-
-    torch._dynamo.reset()  # a fresh cache: the same code object met another op name before
+    torch._dynamo.reset()
     try:
         with runtime.strict(True), torch._dynamo.config.patch(error_on_recompile=True), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            compiled = torch.compile(model, fullgraph=True, backend=recording_backend)
-            outs = [compiled(x, residual) for _ in range(2)]
-            route = _route(name)
-            launches = launch.calls
-        expected = scaled_residual_add_ref(x * 2.0, residual, alpha, upcast=True) + 1.0
-        targets = [str(node.target) for g in graphs for node in g.graph.nodes if node.op == "call_function"]
-        return {"outs": outs, "route": route, "launches": launches, "targets": targets, "graphs": len(graphs), "name": name, "expected": expected}
+            yield torch.compile(fn, fullgraph=True, backend=recording_backend), graphs
     finally:
-        torch._dynamo.reset()  # drop the compiled graph (and its hold on this op)
+        torch._dynamo.reset()
+
+
+def _graph_facts(graphs: list, name: str) -> dict:
+    """What the captured graphs say: how many, and the targets of their calls (the op's node among them)."""
+    targets = [str(node.target) for g in graphs for node in g.graph.nodes if node.op == "call_function"]
+    return {"graphs": len(graphs), "targets": targets, "name": name}
+
+
+def _graph_problems(got: dict) -> list[str]:
+    """One graph, holding the learner's operator as a node: what a fullgraph compile must show."""
+    op_target = got["name"].replace("::", ".") + ".default"
+    problems = []
+    if got["graphs"] != 1:
+        problems.append(f"{got['graphs']} graphs captured, expected 1 (a recompile?)")
+    if op_target not in got["targets"]:
+        problems.append(
+            f"the graph has no node {op_target} (nodes: {', '.join(got['targets']) or 'none'}): the public function must call the registered operator"
+        )
+    return problems
+
+
+def _compile_run(public: Callable, name: str, launch: _CountedLaunch, inputs) -> dict:
+    x, residual, alpha = inputs
+
+    def model(a, b):  # work before and after the op, as in a model
+        return public(a * 2.0, b, alpha) + 1.0
+
+    with _compiled_fullgraph(model) as (compiled, graphs):
+        outs = [compiled(x, residual) for _ in range(2)]
+        route = _route(name)
+        launches = launch.calls
+    expected = scaled_residual_add_ref(x * 2.0, residual, alpha, upcast=True) + 1.0
+    return {"outs": outs, "route": route, "launches": launches, "expected": expected, **_graph_facts(graphs, name)}
 
 
 def _compile_hint(text: str) -> str:
@@ -399,13 +427,7 @@ def _compare_compile(got: dict, expected, inputs) -> Verdict:
         text = got["compile_error"]
         return Verdict(False, None, f"torch.compile(fullgraph=True) failed: {text} ({_compile_hint(text)})")
     op_target = got["name"].replace("::", ".") + ".default"
-    problems = []
-    if got["graphs"] != 1:
-        problems.append(f"{got['graphs']} graphs captured, expected 1 (a recompile?)")
-    if op_target not in got["targets"]:
-        problems.append(
-            f"the graph has no node {op_target} (nodes: {', '.join(got['targets']) or 'none'}): the public function must call the registered operator"
-        )
+    problems = _graph_problems(got)
     route = got["route"]
     if route is None or route.path != _kernel_path():
         problems.append(f"last route after the compiled calls: {_describe_route(route)}; expected {_kernel_path()}: route inside the op's body")
@@ -1409,36 +1431,22 @@ def _compare_swiglu_opcheck(got: dict, expected, inputs) -> Verdict:
 
 def _swiglu_compile_step_run(fn, inputs) -> dict:
     """Two steps of ``loss = <swiglu(2 gate, up), dy>`` under torch.compile(fullgraph=True, aot_eager)."""
-    from torch._dynamo.backends.registry import lookup_backend
-
     gate, up, dy = (t.detach().clone() for t in inputs[:3])
     op = _register_swiglu(fn)
-    aot_eager = lookup_backend("aot_eager")
-    graphs = []
-
-    def recording_backend(gm, example_inputs):
-        graphs.append(gm)
-        return aot_eager(gm, example_inputs)
 
     def step(g, u):
         return (op.public(g * 2.0, u) * dy).sum()
 
-    torch._dynamo.reset()
     try:
-        with runtime.strict(True), torch._dynamo.config.patch(error_on_recompile=True), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compiled = torch.compile(step, fullgraph=True, backend=recording_backend)
+        with _compiled_fullgraph(step) as (compiled, graphs):
             grads = []
             for _ in range(2):
                 g, u = gate.clone().requires_grad_(), up.clone().requires_grad_()
                 compiled(g, u).backward()
                 grads.append((g.grad, u.grad))
-        targets = [str(node.target) for gm in graphs for node in gm.graph.nodes if node.op == "call_function"]
-        return {"grads": grads, "graphs": len(graphs), "targets": targets, **_swiglu_routes(op, [])}
+        return {"grads": grads, **_swiglu_routes(op, []), **_graph_facts(graphs, op.name)}
     except Exception as exc:  # noqa: BLE001 - a graph break or a traced launch: the verdict says which
         return {"compile_error": _describe_compile_error(exc)}
-    finally:
-        torch._dynamo.reset()
 
 
 def _compare_swiglu_compile_step(got: dict, expected, inputs) -> Verdict:
@@ -1454,10 +1462,7 @@ def _compare_swiglu_compile_step(got: dict, expected, inputs) -> Verdict:
         for label, value, reference in zip(("dgate", "dup"), grads, want):
             worst = max(worst, _compare_values(f"compiled {label}", value, reference, TOLERANCE[gate.dtype], problems))
     op_target = got["name"].replace("::", ".") + ".default"
-    if got["graphs"] != 1:
-        problems.append(f"{got['graphs']} graphs captured, expected 1 (a recompile?)")
-    if op_target not in got["targets"]:
-        problems.append(f"the graph has no node {op_target}: the public function must call the registered operator")
+    problems += _graph_problems(got)
     for which, name, launches in (("forward", got["name"], got["launches"]), ("backward", got["backward_name"], got["backward_launches"])):
         route = got["route" if which == "forward" else "backward_route"]
         if route is None or route.path != _kernel_path():
