@@ -159,14 +159,14 @@ class OpEntry:
         if torch.compiler.is_compiling():
             if other_grad:
                 return self.reference(*args)
-            mode = runtime.autograd_mode_unsupported()  # traced: forward-mode AD (torch.func.jvp) only
+            mode = runtime.traced_mode_unsupported()
             if mode is not None:
                 return runtime.dispatch_reference(self.name, "autograd", mode, lambda: self.reference(*args))
             return (self.train or self.op)(*args) if needs_grad else self.op(*args)
         if self.empty and tensors[0].numel() == 0:
             runtime.record_empty(self.name)
             return self.reference(*args)
-        mode = runtime.autograd_mode_unsupported(*(t for t in tensors if t is not None), vmap_ok=self.vmap and not needs_grad)
+        mode = runtime.eager_mode_unsupported(*(t for t in tensors if t is not None), vmap_ok=self.vmap and not needs_grad)
         if mode is None and other_grad:
             mode = f"{self.no_grad_rule} needs a gradient: the kernels have no rule for it; the PyTorch reference"
         if mode is not None:

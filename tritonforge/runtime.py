@@ -278,19 +278,28 @@ def autograd_mode_unsupported(*tensors: torch.Tensor, vmap_ok: bool = True) -> O
     ``torch.autograd.forward_ad.make_dual``) or under ``torch.func.grad``/``jvp``/``jacrev``/...
     takes the op's PyTorch reference, which every transform differentiates correctly: a routed
     fallback (warned once; an error in strict mode), never a silent wrong answer. ``vmap``
-    alone is served by the op's vmap rule (``vmap_ok``). Cheap when none of this is active:
-    two attribute reads.
-
-    Inside a region ``torch.compile`` traces, Dynamo cannot call the functorch interpreter stack
-    (``fullgraph=True`` would fail on it), but it does follow the forward-mode AD level, which
-    ``torch.func.jvp`` raises too: a call there takes the reference (a compiled jvp through the
-    operator would otherwise get zero tangents). ``torch.func.grad`` over an operator raises under
-    compile; ``vmap`` is the operator's rule."""
+    alone is served by the op's vmap rule (``vmap_ok``). :func:`traced_mode_unsupported` inside
+    a region ``torch.compile`` traces, :func:`eager_mode_unsupported` elsewhere."""
     if torch.compiler.is_compiling():
-        if torch.autograd.forward_ad._current_level >= 0:
-            return ("forward-mode AD (torch.func.jvp or a dual tensor) under torch.compile: the kernels have no jvp; "
-                    "the PyTorch reference carries the tangent")  # fmt: skip
-        return None
+        return traced_mode_unsupported()
+    return eager_mode_unsupported(*tensors, vmap_ok=vmap_ok)
+
+
+def traced_mode_unsupported() -> Optional[str]:
+    """:func:`autograd_mode_unsupported` inside a region ``torch.compile`` traces. Dynamo cannot
+    call the functorch interpreter stack (``fullgraph=True`` would fail on it), but it does follow
+    the forward-mode AD level, which ``torch.func.jvp`` raises too: a call there takes the
+    reference (a compiled jvp through the operator would otherwise get zero tangents).
+    ``torch.func.grad`` over an operator raises under compile; ``vmap`` is the operator's rule."""
+    if torch.autograd.forward_ad._current_level >= 0:
+        return ("forward-mode AD (torch.func.jvp or a dual tensor) under torch.compile: the kernels have no jvp; "
+                "the PyTorch reference carries the tangent")  # fmt: skip
+    return None
+
+
+def eager_mode_unsupported(*tensors: torch.Tensor, vmap_ok: bool = True) -> Optional[str]:
+    """:func:`autograd_mode_unsupported` outside a traced region (the caller knows it is): two
+    attribute reads when no transform and no tangent is active."""
     if torch._C._functorch.peek_interpreter_stack() is not None:
         from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
